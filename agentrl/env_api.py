@@ -1,0 +1,169 @@
+"""The environment contract every agentrl environment follows.
+
+An environment is a ``gymnasium.Env[str, str]``: the observation and the action are text.
+``reset(*, seed=None, options=None) -> (obs, info)`` and
+``step(action) -> (obs, reward, terminated, truncated, info)``. ``info`` always carries
+
+- ``anchor``: a hashable key of the true environment state, without interaction history;
+- ``won``: whether the task is solved;
+- ``admissible_actions``: the valid actions as a list of strings, or ``None`` when the action
+  space is open;
+- ``task``: the instruction text.
+
+After a step it also carries ``action_valid`` (whether the text parsed to an action) and
+``executed_action`` (the canonical action string that was executed, ``None`` if invalid), so
+that different responses executing the same action share statistics downstream.
+
+:class:`TextEnv` implements the bookkeeping (step limit, truncation vs termination, the info
+keys, never raising on bad actions); subclasses implement ``_reset``/``_step`` and draw all
+randomness from ``self.np_random``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+INFO_KEYS: tuple[str, ...] = ("anchor", "won", "admissible_actions", "task")
+STEP_INFO_KEYS: tuple[str, ...] = (*INFO_KEYS, "action_valid", "executed_action")
+
+
+class TextSpace(gym.spaces.Space[str]):
+    """Any Python string up to ``max_length`` characters (gymnasium's ``Text`` limits the charset)."""
+
+    def __init__(self, max_length: int = 100_000, seed: int | None = None):
+        super().__init__(shape=None, dtype=None, seed=seed)
+        self.max_length = max_length
+
+    def sample(self, mask: Any = None, probability: Any = None) -> str:
+        """A random lowercase word; only used by generic tooling, never by agentrl itself."""
+        n = int(self.np_random.integers(1, 12))
+        return "".join(chr(int(c)) for c in self.np_random.integers(97, 123, size=n))
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str) and len(x) <= self.max_length
+
+    @property
+    def is_np_flattenable(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return f"TextSpace(max_length={self.max_length})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TextSpace) and other.max_length == self.max_length
+
+
+@dataclass(frozen=True)
+class Transition:
+    """What a subclass's ``_step`` reports; :class:`TextEnv` adds the bookkeeping."""
+
+    obs: str
+    reward: float
+    terminated: bool
+    action_valid: bool
+    executed_action: str | None
+    extra: dict[str, Any] | None = None
+
+
+class TextEnv(gym.Env[str, str]):
+    """Base class implementing the agentrl env contract around ``_reset`` and ``_step``.
+
+    Subclasses set ``self.max_steps`` and implement:
+
+    - ``_reset(options) -> str``: start a new episode using ``self.np_random``; return the
+      observation.
+    - ``_step(action: str) -> Transition``: apply the action text. Bad text must come back as
+      ``action_valid=False``, never as an exception.
+    - ``_anchor() -> Hashable``, ``_won() -> bool``, ``_admissible() -> list[str] | None``,
+      ``_task() -> str``, and optionally ``_extra_info() -> dict``.
+
+    ``truncated`` becomes true when ``max_steps`` steps have been taken without termination;
+    ``terminated`` is only ever set by the subclass (a true end of the task).
+    """
+
+    metadata: dict[str, Any] = {"render_modes": ["ansi"]}  # noqa: RUF012 - gymnasium's API
+    max_steps: int = 50
+
+    def __init__(self) -> None:
+        self.observation_space = TextSpace()
+        self.action_space = TextSpace()
+        self._t = 0
+        self._done = True
+        self._last_obs = ""
+
+    # -- hooks for subclasses ------------------------------------------------------------
+    def _reset(self, options: dict[str, Any] | None) -> str:
+        raise NotImplementedError
+
+    def _step(self, action: str) -> Transition:
+        raise NotImplementedError
+
+    def _anchor(self) -> Hashable:
+        raise NotImplementedError
+
+    def _won(self) -> bool:
+        raise NotImplementedError
+
+    def _admissible(self) -> list[str] | None:
+        return None
+
+    def _task(self) -> str:
+        raise NotImplementedError
+
+    def _extra_info(self) -> dict[str, Any]:
+        return {}
+
+    # -- gymnasium API -------------------------------------------------------------------
+    def _info(self) -> dict[str, Any]:
+        info = {
+            "anchor": self._anchor(),
+            "won": bool(self._won()),
+            "admissible_actions": self._admissible(),
+            "task": self._task(),
+            "step": self._t,
+        }
+        info.update(self._extra_info())
+        return info
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        self._t = 0
+        self._done = False
+        self._last_obs = self._reset(options)
+        return self._last_obs, self._info()
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self._done:
+            # Stepping a finished episode is a caller bug, but it must not crash a run.
+            info = self._info()
+            info.update(action_valid=False, executed_action=None, error="episode is over")
+            return self._last_obs, 0.0, False, True, info
+        if not isinstance(action, str):
+            action = "" if action is None else str(action)
+        tr = self._step(action)
+        self._t += 1
+        terminated = bool(tr.terminated)
+        truncated = not terminated and self._t >= self.max_steps
+        self._done = terminated or truncated
+        self._last_obs = tr.obs
+        info = self._info()
+        info.update(action_valid=bool(tr.action_valid), executed_action=tr.executed_action)
+        if tr.extra:
+            info.update(tr.extra)
+        return tr.obs, float(tr.reward), terminated, truncated, info
+
+    def render(self) -> str:
+        return self._last_obs
+
+
+def seeded_rng(seed: int | None) -> np.random.Generator:
+    """The same generator gymnasium would make for ``seed`` (used by tools outside an env)."""
+    rng, _ = gym.utils.seeding.np_random(seed)
+    return rng

@@ -1,0 +1,1 @@
+"""Hydra config groups: env/ algo/ model/ rollout/ trainer/ and the root config.yaml."""

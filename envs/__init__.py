@@ -1,0 +1,5 @@
+"""Bundled environments; importing this package registers them (see :mod:`agentrl.registry`)."""
+
+from __future__ import annotations
+
+from agentrl.envs import sokoban  # noqa: F401 - registers "sokoban"
