@@ -33,7 +33,7 @@ STEP_INFO_KEYS: tuple[str, ...] = (*INFO_KEYS, "action_valid", "executed_action"
 
 
 class TextSpace(gym.spaces.Space[str]):
-    """Any Python string up to ``max_length`` characters (gymnasium's ``Text`` limits the charset)."""
+    """Any string of at most ``max_length`` characters (gymnasium's ``Text`` limits the charset)."""
 
     def __init__(self, max_length: int = 100_000, seed: int | None = None):
         super().__init__(shape=None, dtype=None, seed=seed)
@@ -88,6 +88,8 @@ class TextEnv(gym.Env[str, str]):
 
     metadata: dict[str, Any] = {"render_modes": ["ansi"]}  # noqa: RUF012 - gymnasium's API
     max_steps: int = 50
+    ends_only_on_success: bool = False
+    """True when ``terminated`` can only mean the task was solved (e.g. Sokoban)."""
 
     def __init__(self) -> None:
         self.observation_space = TextSpace()

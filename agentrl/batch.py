@@ -1,0 +1,194 @@
+"""Trajectories and the typed step batch that credit estimators consume.
+
+The rollout records every environment step as a :class:`Step` (token ids, sampling log-probs,
+reward, termination flags, anchor key, executed action). The episodes of one task form a
+:class:`TrajectoryGroup`. :class:`StepBatch` flattens a list of groups into named numpy arrays so
+that estimators are vectorised over steps: letters follow STYLE.md — N steps in the batch,
+M trajectories, G rollouts per group. Steps are ordered by trajectory, then by turn; trajectories
+are ordered by group.
+
+Anchors and actions are interned to integers: ``step_anchor`` ids are unique per
+(group, anchor) pair, so anchors never match across different tasks; ``step_action`` ids are
+unique per executed action string (an invalid action is the single action ``"<invalid>"``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+INVALID_ACTION = "<invalid>"
+
+
+@dataclass
+class Step:
+    """One environment step of one episode."""
+
+    prompt_ids: list[int]
+    """Token ids of the prompt the policy saw at this turn."""
+    response_ids: list[int]
+    """Token ids the policy generated (including a final EOS when it stopped on one)."""
+    logprobs: list[float]
+    """Sampling log-prob of each response token, same length as ``response_ids``."""
+    reward: float
+    """Environment reward plus any invalid-action penalty."""
+    terminated: bool
+    truncated: bool
+    anchor: Hashable
+    """The environment's state key after ``reset``/before this action (``info['anchor']``)."""
+    action: str | None
+    """Executed action (canonical string), ``None`` when the response was invalid."""
+    valid: bool
+    response_text: str = ""
+    observation: str = ""
+    """The observation the policy acted on (kept for logging sample trajectories)."""
+
+
+@dataclass
+class Trajectory:
+    """The steps of one episode; ``won`` is the environment's verdict at the last step."""
+
+    steps: list[Step] = field(default_factory=list)
+    won: bool = False
+
+    @property
+    def ret(self) -> float:
+        """Undiscounted return: the sum of step rewards."""
+        return float(sum(s.reward for s in self.steps))
+
+
+@dataclass
+class TrajectoryGroup:
+    """G rollouts of the same task (same environment seed)."""
+
+    task: str
+    seed: int
+    trajectories: list[Trajectory] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class StepBatch:
+    """A batch of N steps from M trajectories in ``n_groups`` groups, as flat arrays.
+
+    Attributes (shapes):
+        step_reward: (N,) float64 — reward of each step.
+        step_traj: (N,) int64 — trajectory index in [0, M); steps of a trajectory are
+            contiguous and in turn order.
+        step_t: (N,) int64 — turn index within its trajectory, 0-based.
+        step_anchor: (N,) int64 — interned (group, anchor) id.
+        step_action: (N,) int64 — interned executed-action id (invalid → one shared id).
+        step_valid: (N,) bool — whether the response parsed to a valid action.
+        step_terminated: (N,) bool — the episode ended here with a true end of the task.
+        step_truncated: (N,) bool — the episode was cut here by the step limit.
+        step_nll: (N,) float64 — mean token negative log-likelihood of the response at
+            sampling time (NaN when unknown).
+        traj_group: (M,) int64 — group index of each trajectory.
+        traj_won: (M,) bool — whether the trajectory solved its task.
+        n_groups: number of groups.
+    """
+
+    step_reward: np.ndarray
+    step_traj: np.ndarray
+    step_t: np.ndarray
+    step_anchor: np.ndarray
+    step_action: np.ndarray
+    step_valid: np.ndarray
+    step_terminated: np.ndarray
+    step_truncated: np.ndarray
+    step_nll: np.ndarray
+    traj_group: np.ndarray
+    traj_won: np.ndarray
+    n_groups: int
+    action_names: tuple[str, ...] = ()
+    """``action_names[step_action[n]]`` is the executed action string."""
+
+    def __post_init__(self) -> None:
+        n = self.step_reward.shape[0]
+        for name in (
+            "step_traj",
+            "step_t",
+            "step_anchor",
+            "step_action",
+            "step_valid",
+            "step_terminated",
+            "step_truncated",
+            "step_nll",
+        ):
+            arr = getattr(self, name)
+            if arr.shape != (n,):
+                raise ValueError(f"{name} has shape {arr.shape}, expected ({n},)")
+        if self.traj_won.shape != self.traj_group.shape:
+            raise ValueError("traj_won and traj_group must have the same shape (M,)")
+
+    @property
+    def n_steps(self) -> int:
+        return int(self.step_reward.shape[0])
+
+    @property
+    def n_trajs(self) -> int:
+        return int(self.traj_group.shape[0])
+
+    @property
+    def step_group(self) -> np.ndarray:
+        """(N,) int64 — group index of each step."""
+        return self.traj_group[self.step_traj]
+
+    @property
+    def traj_len(self) -> np.ndarray:
+        """(M,) int64 — number of steps in each trajectory."""
+        return np.bincount(self.step_traj, minlength=self.n_trajs)
+
+    @property
+    def traj_return(self) -> np.ndarray:
+        """(M,) float64 — undiscounted return of each trajectory."""
+        return np.bincount(self.step_traj, weights=self.step_reward, minlength=self.n_trajs)
+
+    @staticmethod
+    def from_groups(groups: Sequence[TrajectoryGroup]) -> StepBatch:
+        """Flatten groups of trajectories (in order) into a :class:`StepBatch`."""
+        anchors: dict[tuple[int, Hashable], int] = {}
+        actions: dict[str, int] = {}
+        cols: dict[str, list] = {
+            k: []
+            for k in ("reward", "traj", "t", "anchor", "action", "valid", "term", "trunc", "nll")
+        }
+        traj_group, traj_won = [], []
+        m = 0
+        for g, group in enumerate(groups):
+            for traj in group.trajectories:
+                for t, s in enumerate(traj.steps):
+                    name = s.action if (s.valid and s.action is not None) else INVALID_ACTION
+                    cols["reward"].append(s.reward)
+                    cols["traj"].append(m)
+                    cols["t"].append(t)
+                    cols["anchor"].append(anchors.setdefault((g, s.anchor), len(anchors)))
+                    cols["action"].append(actions.setdefault(name, len(actions)))
+                    cols["valid"].append(s.valid)
+                    cols["term"].append(s.terminated)
+                    cols["trunc"].append(s.truncated)
+                    cols["nll"].append(-float(np.mean(s.logprobs)) if s.logprobs else np.nan)
+                traj_group.append(g)
+                traj_won.append(traj.won)
+                m += 1
+        return StepBatch(
+            step_reward=np.asarray(cols["reward"], dtype=np.float64),
+            step_traj=np.asarray(cols["traj"], dtype=np.int64),
+            step_t=np.asarray(cols["t"], dtype=np.int64),
+            step_anchor=np.asarray(cols["anchor"], dtype=np.int64),
+            step_action=np.asarray(cols["action"], dtype=np.int64),
+            step_valid=np.asarray(cols["valid"], dtype=bool),
+            step_terminated=np.asarray(cols["term"], dtype=bool),
+            step_truncated=np.asarray(cols["trunc"], dtype=bool),
+            step_nll=np.asarray(cols["nll"], dtype=np.float64),
+            traj_group=np.asarray(traj_group, dtype=np.int64),
+            traj_won=np.asarray(traj_won, dtype=bool),
+            n_groups=len(groups),
+            action_names=tuple(actions),
+        )
+
+
+def flat_steps(groups: Sequence[TrajectoryGroup]) -> list[Step]:
+    """The steps of ``groups`` in :class:`StepBatch` order."""
+    return [s for g in groups for tr in g.trajectories for s in tr.steps]

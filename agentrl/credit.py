@@ -1,0 +1,158 @@
+"""Registry of credit-assignment estimators and their shared return type.
+
+An estimator is a pure function ``fn(batch, graph, cfg) -> Advantages``: ``batch`` is a
+:class:`~agentrl.batch.StepBatch`, ``graph`` the batch's trajectory graph (``None`` for
+estimators registered with ``needs_graph=False``), ``cfg`` the estimator's own frozen config
+dataclass. Register with::
+
+    @register_estimator("grpo", config=GRPOConfig)
+    def grpo(batch, graph, cfg): ...
+
+Registering a name twice raises; an unknown name lists the valid ones. The trainer only ever
+calls :func:`compute_advantages`, never an estimator by name.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from agentrl.batch import StepBatch
+from agentrl.configuration import ConfigError, closest, from_mapping
+
+
+@dataclass(frozen=True)
+class Advantages:
+    """Per-step advantages and diagnostics.
+
+    Attributes:
+        step: (N,) float64 — one advantage per environment step, broadcast over the tokens of
+            that step's response by the learner.
+        metrics: scalar diagnostics, logged under ``credit/``.
+    """
+
+    step: np.ndarray
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+Estimator = Callable[[StepBatch, Any, Any], Advantages]
+
+
+@dataclass(frozen=True)
+class EstimatorSpec:
+    """A registered estimator: its function, config dataclass and what it needs."""
+
+    name: str
+    fn: Estimator
+    config_cls: type
+    needs_graph: bool
+
+
+_ESTIMATORS: dict[str, EstimatorSpec] = {}
+
+
+@dataclass(frozen=True)
+class NoConfig:
+    """Config of an estimator without options."""
+
+
+def register_estimator(
+    name: str, config: type = NoConfig, needs_graph: bool = False
+) -> Callable[[Estimator], Estimator]:
+    """Decorator registering an estimator under ``name`` with its config dataclass."""
+
+    def deco(fn: Estimator) -> Estimator:
+        if name in _ESTIMATORS:
+            raise ValueError(f"estimator {name!r} is already registered")
+        _ESTIMATORS[name] = EstimatorSpec(name, fn, config, needs_graph)
+        return fn
+
+    return deco
+
+
+def _ensure_builtin() -> None:
+    import agentrl.algos  # noqa: F401 - registers the bundled estimators
+
+
+def list_estimators() -> list[str]:
+    """Names of every registered estimator, sorted."""
+    _ensure_builtin()
+    return sorted(_ESTIMATORS)
+
+
+def get_estimator(name: str) -> EstimatorSpec:
+    """The estimator registered as ``name``; unknown names list the valid ones."""
+    _ensure_builtin()
+    if name not in _ESTIMATORS:
+        raise ConfigError(
+            f"unknown estimator algo={name!r}; registered estimators are {sorted(_ESTIMATORS)}."
+            + closest(name, _ESTIMATORS)
+        )
+    return _ESTIMATORS[name]
+
+
+def estimator_config(name: str, overrides: Mapping[str, Any] | None = None) -> Any:
+    """Build the config dataclass of estimator ``name`` (errors name ``algo.<key>``)."""
+    return from_mapping(get_estimator(name).config_cls, overrides, path="algo")
+
+
+def compute_advantages(
+    name: str, batch: StepBatch, cfg: Any = None, graph: Any = None
+) -> Advantages:
+    """Run estimator ``name`` on ``batch`` and add the shared diagnostics.
+
+    Adds ``credit/solve_time_s``, ``credit/adv_mean``, ``credit/adv_std`` and
+    ``credit/nonsingleton_frac`` (fraction of steps whose anchor was visited by more than one
+    step of its group) to the estimator's own metrics.
+    """
+    spec = get_estimator(name)
+    if cfg is None:
+        cfg = spec.config_cls()
+    if spec.needs_graph and graph is None:
+        raise ValueError(f"estimator {name!r} needs the batch's trajectory graph")
+    t0 = time.perf_counter()
+    out = spec.fn(batch, graph, cfg)
+    elapsed = time.perf_counter() - t0
+    if out.step.shape != (batch.n_steps,):
+        raise ValueError(f"{name} returned shape {out.step.shape}, expected ({batch.n_steps},)")
+    metrics = {f"credit/{k}": float(v) for k, v in out.metrics.items()}
+    metrics.update(step_metrics(batch, out.step))
+    metrics["credit/solve_time_s"] = elapsed
+    return Advantages(step=out.step, metrics=metrics)
+
+
+def step_metrics(batch: StepBatch, step_adv: np.ndarray) -> dict[str, float]:
+    """Advantage mean/std and the non-singleton anchor fraction of a batch."""
+    if batch.n_steps == 0:
+        return {"credit/adv_mean": 0.0, "credit/adv_std": 0.0, "credit/nonsingleton_frac": 0.0}
+    counts = np.bincount(batch.step_anchor)
+    return {
+        "credit/adv_mean": float(step_adv.mean()),
+        "credit/adv_std": float(step_adv.std()),
+        "credit/nonsingleton_frac": float((counts[batch.step_anchor] > 1).mean()),
+    }
+
+
+def group_mean_std(
+    values: np.ndarray, groups: np.ndarray, n_groups: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-group mean, unbiased std and size of ``values``, gathered back to each element.
+
+    Args:
+        values: (L,) float — one value per element.
+        groups: (L,) int in [0, n_groups) — group of each element.
+    Returns:
+        (mean, std, count), each (L,): for groups of one element the std is 0 (callers decide
+        how to treat singletons).
+    """
+    count = np.bincount(groups, minlength=n_groups).astype(np.float64)
+    total = np.bincount(groups, weights=values, minlength=n_groups)
+    safe = np.maximum(count, 1.0)
+    mean = total / safe
+    dev2 = np.bincount(groups, weights=(values - mean[groups]) ** 2, minlength=n_groups)
+    std = np.sqrt(dev2 / np.maximum(count - 1.0, 1.0))
+    return mean[groups], std[groups], count[groups]

@@ -1,0 +1,147 @@
+"""Policy models and tokenizers: a tiny model built offline, or any HF causal LM by name.
+
+``model=tiny`` (the default) builds a small Qwen2- or Llama-architecture causal LM from a config
+and a byte-level BPE tokenizer trained locally on text from the environment being trained
+(prompts of random episodes), so tests and the default job need no model hub. Setting
+``model.name_or_path`` (a hub id or a local directory) loads any causal LM and its tokenizer with
+``from_pretrained`` instead; checkpoints saved by agentrl load the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+)
+
+from agentrl.configuration import check
+
+PAD, EOS = "<|pad|>", "<|end|>"
+ROLE_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>")
+# A chat template in the usual shape, so tiny and real models share one prompt path.
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Which policy model to use; the ``tiny_*`` fields only apply when building one."""
+
+    name: str = "tiny"
+    """Preset name (informational; ``model=tiny`` selects the built-from-config model)."""
+    name_or_path: str | None = None
+    """Hub id or local directory to load with ``from_pretrained``; None builds the tiny model."""
+    arch: Literal["qwen2", "llama"] = "qwen2"
+    """Architecture of the tiny model."""
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    intermediate_size: int = 256
+    max_positions: int = 4096
+    vocab_size: int = 768
+    """Target vocabulary of the locally trained BPE tokenizer (special tokens included)."""
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
+    """Parameter dtype; bfloat16 is for GPUs."""
+    trust_remote_code: bool = False
+
+    def __post_init__(self) -> None:
+        check(
+            self.hidden_size % self.num_heads == 0,
+            "model.hidden_size",
+            self.hidden_size,
+            f"divisible by model.num_heads={self.num_heads}",
+        )
+        check(
+            self.num_heads % self.num_kv_heads == 0,
+            "model.num_kv_heads",
+            self.num_kv_heads,
+            f"a divisor of model.num_heads={self.num_heads}",
+        )
+        check(
+            self.vocab_size >= 300,
+            "model.vocab_size",
+            self.vocab_size,
+            ">= 300 (256 byte symbols plus merges and special tokens)",
+        )
+        for name in ("hidden_size", "num_layers", "intermediate_size", "max_positions"):
+            check(getattr(self, name) > 0, f"model.{name}", getattr(self, name), "positive")
+
+
+def build_tokenizer(corpus: Iterable[str], vocab_size: int = 768) -> PreTrainedTokenizerFast:
+    """Train a byte-level BPE tokenizer on ``corpus`` (deterministic for the same corpus).
+
+    Byte-level means any text, including malformed model output, round-trips without unknown
+    tokens. The result has pad/EOS/role special tokens and :data:`CHAT_TEMPLATE`.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[PAD, EOS, *ROLE_TOKENS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(list(corpus), trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS)
+    fast.padding_side = "left"
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def build_tiny_model(cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase) -> PreTrainedModel:
+    """A randomly initialised small causal LM sized to ``tokenizer`` (seed torch beforehand)."""
+    common = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_kv_heads,
+        max_position_embeddings=cfg.max_positions,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+    )
+    config = Qwen2Config(**common) if cfg.arch == "qwen2" else LlamaConfig(**common)
+    model = AutoModelForCausalLM.from_config(config)
+    if cfg.dtype in _DTYPES:
+        model = model.to(_DTYPES[cfg.dtype])
+    return model
+
+
+def load_pretrained(
+    cfg: ModelConfig, path: str | None = None
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load model and tokenizer with ``from_pretrained`` from ``path`` or ``cfg.name_or_path``."""
+    source = path or cfg.name_or_path
+    if source is None:
+        raise ValueError("load_pretrained needs model.name_or_path or a checkpoint path")
+    tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=cfg.trust_remote_code)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    dtype = "auto" if cfg.dtype == "auto" else _DTYPES[cfg.dtype]
+    model = AutoModelForCausalLM.from_pretrained(
+        source, dtype=dtype, trust_remote_code=cfg.trust_remote_code
+    )
+    return model, tokenizer

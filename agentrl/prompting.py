@@ -1,0 +1,74 @@
+"""Turn prompts and the projection of generated text to environment actions.
+
+The prompt of a turn holds the task, the last ``history_length`` (observation, action) turns,
+the current observation and, when the environment lists them, the admissible actions. Recent
+history lives only in the prompt, never in the anchor key.
+
+Projection maps the model's text to the action string passed to ``env.step``. In ``tag`` mode
+the action is the content of the last ``<action>...</action>``; in ``plain`` mode (for tiny
+models) the whole response, stripped, is the action. Text that does not project is an invalid
+action: the environment receives an empty action (which every environment rejects without
+raising) and the step is recorded as invalid.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Literal
+
+ActionFormat = Literal["tag", "plain"]
+
+_TAG = re.compile(r"<action>(.*?)</action>", re.DOTALL | re.IGNORECASE)
+# A response longer than this cannot be a sensible action; it is rejected before the env sees it.
+MAX_ACTION_CHARS = 512
+
+
+def project_action(text: str, mode: ActionFormat) -> tuple[str, bool]:
+    """Map generated ``text`` to ``(action, ok)``; ``ok`` is False when nothing projects."""
+    if mode == "tag":
+        found = _TAG.findall(text)
+        if not found:
+            return "", False
+        action = found[-1].strip()
+    else:
+        action = text.strip()
+    if not action or len(action) > MAX_ACTION_CHARS:
+        return "", False
+    return action, True
+
+
+def build_prompt(
+    task: str,
+    history: Sequence[tuple[str, str]],
+    observation: str,
+    admissible: Sequence[str] | None,
+    step: int,
+    mode: ActionFormat,
+) -> str:
+    """The user message of one turn.
+
+    Args:
+        task: the instruction text (``info['task']``).
+        history: the last turns as (observation, action) pairs, oldest first.
+        observation: the current observation.
+        admissible: the admissible actions, or ``None`` when the env does not list them.
+        step: the 0-based turn index (shown to the model as 1-based).
+        mode: ``tag`` asks for ``<action>...</action>``, ``plain`` for the bare action.
+    """
+    parts = [task.strip()]
+    if history:
+        first = step - len(history) + 1
+        lines = [
+            f"Step {first + k}: observation:\n{obs.strip()}\naction: {act}"
+            for k, (obs, act) in enumerate(history)
+        ]
+        parts.append("Recent history:\n" + "\n".join(lines))
+    parts.append(f"Current observation (step {step + 1}):\n{observation.strip()}")
+    if admissible:
+        parts.append("Admissible actions: " + ", ".join(admissible))
+    if mode == "tag":
+        parts.append("Think briefly, then give your action as <action>...</action>.")
+    else:
+        parts.append("Answer with the action only.")
+    return "\n".join(parts)

@@ -1,0 +1,261 @@
+"""Multi-turn rollouts: batched generation for all live episodes, projection, env steps.
+
+For B tasks × G rollouts the B·G environments are reset (the G members of a group with the
+same seed, so they share the task). Each turn the prompts of all live episodes are generated in
+one batched call of the rollout backend; each response is projected to an action, the
+environment steps, and the turn is recorded as a :class:`~agentrl.batch.Step`. Episodes that end
+drop out of the next call.
+
+Backends implement ``generate(prompts, sampling) -> list[Generation]`` with token ids and
+per-token sampling log-probs; ``hf`` (transformers ``generate``, CPU or GPU) is always available.
+Sampling log-probs are ``log_softmax(logits / temperature)`` of the raw logits — the same
+quantity the learner recomputes — without the top-k/top-p truncation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+import gymnasium as gym
+import torch
+
+from agentrl.batch import Step, Trajectory, TrajectoryGroup
+from agentrl.configuration import check
+from agentrl.prompting import ActionFormat, build_prompt, project_action
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """How episodes are rolled out and sampled."""
+
+    backend: Literal["hf"] = "hf"
+    """Generation backend (``hf``: transformers generate)."""
+    n_tasks: int = 8
+    """B: tasks (groups) per iteration."""
+    group_size: int = 8
+    """G: rollouts per task."""
+    history_length: int = 2
+    """Past (observation, action) turns shown in the prompt."""
+    action_format: Literal["tag", "plain"] = "plain"
+    """``tag``: action inside <action></action>; ``plain``: the whole response is the action."""
+    invalid_penalty: float = 0.1
+    """Subtracted from the reward of a step whose response is not a valid action."""
+    max_new_tokens: int = 8
+    """Tokens generated per turn."""
+    max_prompt_tokens: int = 2048
+    """Prompts longer than this keep their last tokens (the current observation)."""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    """0 disables top-k."""
+    eval_temperature: float = 0.0
+    """Temperature for evaluation episodes (0 = greedy)."""
+    max_batch_size: int = 256
+    """Largest number of prompts in one generate call (larger batches are split)."""
+
+    def __post_init__(self) -> None:
+        check(self.n_tasks >= 1, "rollout.n_tasks", self.n_tasks, ">= 1")
+        check(self.group_size >= 1, "rollout.group_size", self.group_size, ">= 1")
+        check(self.history_length >= 0, "rollout.history_length", self.history_length, ">= 0")
+        check(self.max_new_tokens >= 1, "rollout.max_new_tokens", self.max_new_tokens, ">= 1")
+        check(self.temperature >= 0, "rollout.temperature", self.temperature, ">= 0")
+        check(0 < self.top_p <= 1, "rollout.top_p", self.top_p, "in (0, 1]")
+        check(self.top_k >= 0, "rollout.top_k", self.top_k, ">= 0")
+        check(self.max_batch_size >= 1, "rollout.max_batch_size", self.max_batch_size, ">= 1")
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Sampling parameters of one generate call."""
+
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    stop_strings: tuple[str, ...] = ()
+
+
+@dataclass
+class Generation:
+    """One generated response."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    text: str
+
+
+class Backend(Protocol):
+    """What a rollout backend provides."""
+
+    def generate(self, prompts: Sequence[list[int]], sampling: Sampling) -> list[Generation]: ...
+
+
+class HFBackend:
+    """Generation with transformers ``generate`` (KV cache, left padding), CPU or GPU."""
+
+    def __init__(self, model, tokenizer, max_batch_size: int = 256):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_batch_size = max_batch_size
+
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[list[int]], sampling: Sampling) -> list[Generation]:
+        out: list[Generation] = []
+        for i in range(0, len(prompts), self.max_batch_size):
+            out.extend(self._generate(prompts[i : i + self.max_batch_size], sampling))
+        return out
+
+    def _generate(self, prompts: Sequence[list[int]], sampling: Sampling) -> list[Generation]:
+        from transformers import GenerationConfig
+
+        tok = self.tokenizer
+        device = next(self.model.parameters()).device
+        pad, eos = tok.pad_token_id, tok.eos_token_id
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)  # (B, T) left-padded
+        attention = torch.zeros((len(prompts), width), dtype=torch.long)
+        for r, p in enumerate(prompts):
+            input_ids[r, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            attention[r, width - len(p) :] = 1
+        greedy = sampling.temperature == 0
+        gen_cfg = GenerationConfig(
+            max_new_tokens=sampling.max_new_tokens,
+            do_sample=not greedy,
+            temperature=None if greedy else sampling.temperature,
+            top_p=None if greedy else sampling.top_p,
+            top_k=None if greedy or sampling.top_k == 0 else sampling.top_k,
+            pad_token_id=pad,
+            eos_token_id=eos,
+            # A sampled pad would be indistinguishable from padding after the end.
+            suppress_tokens=[pad] if pad != eos else None,
+            stop_strings=list(sampling.stop_strings) or None,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
+        was_training = self.model.training
+        self.model.eval()
+        res = self.model.generate(
+            input_ids=input_ids.to(device),
+            attention_mask=attention.to(device),
+            generation_config=gen_cfg,
+            tokenizer=tok if sampling.stop_strings else None,
+        )
+        if was_training:
+            self.model.train()
+        seqs = res.sequences[:, width:].cpu()  # (B, L)
+        logits = torch.stack(res.logits, dim=1).float()  # (B, L, V) raw
+        temp = 1.0 if greedy else sampling.temperature
+        logp = torch.log_softmax(logits / temp, dim=-1)
+        token_logp = logp.gather(-1, seqs.to(logp.device).unsqueeze(-1)).squeeze(-1).cpu()  # (B, L)
+        gens = []
+        for r in range(len(prompts)):
+            row = seqs[r].tolist()
+            n = _response_length(row, pad, eos)
+            ids = row[:n]
+            gens.append(
+                Generation(
+                    token_ids=ids,
+                    logprobs=token_logp[r, :n].tolist(),
+                    text=tok.decode(ids, skip_special_tokens=True),
+                )
+            )
+        return gens
+
+
+def _response_length(row: list[int], pad: int, eos: int) -> int:
+    """Length of a generated row: through the first EOS, else up to the trailing padding."""
+    if eos in row:
+        return row.index(eos) + 1
+    n = len(row)
+    while n > 0 and row[n - 1] == pad:
+        n -= 1
+    return n
+
+
+def encode_prompt(tokenizer, text: str, max_tokens: int) -> list[int]:
+    """Chat-format ``text`` as a user turn and tokenize it, keeping the last ``max_tokens``."""
+    if getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
+        )
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    return ids[-max_tokens:]
+
+
+def collect(
+    envs: Sequence[gym.Env],
+    seeds: Sequence[int],
+    backend: Backend,
+    tokenizer,
+    cfg: RolloutConfig,
+    sampling: Sampling,
+) -> list[TrajectoryGroup]:
+    """Roll out one episode in each env; env ``j`` belongs to group ``j // G`` with ``G =
+    len(envs) // len(seeds)`` and is reset with ``seeds[j // G]``.
+
+    Returns:
+        ``len(seeds)`` groups of ``G`` trajectories each.
+    """
+    if len(envs) % len(seeds):
+        raise ValueError("len(envs) must be a multiple of len(seeds)")
+    g_size = len(envs) // len(seeds)
+    mode: ActionFormat = cfg.action_format
+    obs, infos = [], []
+    for j, env in enumerate(envs):
+        o, info = env.reset(seed=int(seeds[j // g_size]))
+        obs.append(o)
+        infos.append(info)
+    trajs = [Trajectory() for _ in envs]
+    history: list[list[tuple[str, str]]] = [[] for _ in envs]
+    live = list(range(len(envs)))
+    while live:
+        texts = [
+            build_prompt(
+                infos[j]["task"],
+                history[j][-cfg.history_length :] if cfg.history_length else [],
+                obs[j],
+                infos[j]["admissible_actions"],
+                len(trajs[j].steps),
+                mode,
+            )
+            for j in live
+        ]
+        prompt_ids = [encode_prompt(tokenizer, t, cfg.max_prompt_tokens) for t in texts]
+        gens = backend.generate(prompt_ids, sampling)
+        still = []
+        for j, ids, gen in zip(live, prompt_ids, gens):
+            action, ok = project_action(gen.text, mode)
+            next_obs, reward, terminated, truncated, info = envs[j].step(action if ok else "")
+            valid = ok and bool(info.get("action_valid", True))
+            if not valid:
+                reward -= cfg.invalid_penalty
+            trajs[j].steps.append(
+                Step(
+                    prompt_ids=ids,
+                    response_ids=gen.token_ids,
+                    logprobs=gen.logprobs,
+                    reward=float(reward),
+                    terminated=bool(terminated),
+                    truncated=bool(truncated),
+                    anchor=infos[j]["anchor"],
+                    action=info.get("executed_action") if valid else None,
+                    valid=valid,
+                    response_text=gen.text,
+                    observation=obs[j],
+                )
+            )
+            history[j].append((obs[j], action if ok else gen.text.strip()[:80]))
+            obs[j], infos[j] = next_obs, info
+            if terminated or truncated:
+                trajs[j].won = bool(info["won"])
+            else:
+                still.append(j)
+        live = still
+    groups = []
+    for g, seed in enumerate(seeds):
+        members = trajs[g * g_size : (g + 1) * g_size]
+        task = str(infos[g * g_size]["task"])
+        groups.append(TrajectoryGroup(task=task, seed=int(seed), trajectories=members))
+    return groups

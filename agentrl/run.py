@@ -1,0 +1,43 @@
+"""Command-line entry point: ``python -m agentrl.run [group=option ...] [key=value ...]``.
+
+With no arguments it trains ``env=sokoban algo=grpo model=tiny`` (see ``configs/config.yaml``).
+Hydra composes the config groups ``env/ algo/ model/ rollout/ learner/ trainer/``; every value
+is then validated (:func:`agentrl.runconfig.build_run_config`) before any work starts, so a
+broken config fails at once with a message naming the bad key and the valid choices.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from agentrl.configuration import ConfigError
+from agentrl.runconfig import build_run_config, register_schemas
+
+log = logging.getLogger("agentrl")
+
+
+@hydra.main(version_base="1.3", config_path="pkg://agentrl.configs", config_name="config")
+def _main(cfg: DictConfig) -> None:
+    try:
+        run_cfg = build_run_config(OmegaConf.to_container(cfg, resolve=True))
+    except ConfigError as exc:
+        log.error("invalid config: %s", exc)
+        sys.exit(2)
+    from agentrl.trainer import train
+
+    out_dir = run_cfg.trainer.out_dir or HydraConfig.get().runtime.output_dir
+    train(run_cfg, out_dir)
+
+
+def main() -> None:
+    register_schemas()
+    _main()
+
+
+if __name__ == "__main__":
+    main()

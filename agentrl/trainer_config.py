@@ -1,0 +1,43 @@
+"""Settings of the training loop itself (iterations, seeding, output, devices)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from agentrl.configuration import check
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    """The outer loop: how long to train, where to write, what to save."""
+
+    steps: int = 30
+    """Training iterations (rollout → credit → update)."""
+    seed: int = 0
+    """Seeds the model initialisation, sampling, task draws and mini-batch order."""
+    out_dir: str = ""
+    """Where logs and checkpoints go; empty = Hydra's run directory under runs/."""
+    save_every: int = 0
+    """Save a checkpoint every N iterations (0 = only at the end); the last one is always saved."""
+    save_initial: bool = False
+    """Also save the untrained model as ``iter-000000`` (a baseline for comparisons)."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """``auto`` uses CUDA when available."""
+    num_threads: int = 0
+    """torch CPU threads; 0 keeps torch's default."""
+    tokenizer_episodes: int = 32
+    """Random episodes whose prompts train the tiny model's tokenizer."""
+    progress: bool = True
+    """Show a progress bar."""
+
+    def __post_init__(self) -> None:
+        check(self.steps >= 1, "trainer.steps", self.steps, ">= 1")
+        check(self.save_every >= 0, "trainer.save_every", self.save_every, ">= 0")
+        check(self.num_threads >= 0, "trainer.num_threads", self.num_threads, ">= 0")
+        check(
+            self.tokenizer_episodes >= 1,
+            "trainer.tokenizer_episodes",
+            self.tokenizer_episodes,
+            ">= 1",
+        )

@@ -1,0 +1,161 @@
+"""The environment contract, checked over every registered environment.
+
+Each registered env must: return the right types and ``info`` keys; give identical twin
+rollouts for the same seed; accept any malformed action text without raising and report it as
+invalid (case/whitespace variants of a real action may instead be accepted, but then as that
+canonical action); truncate at its step limit; and terminate only on a true end (``won``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import agentrl
+from agentrl.env_api import INFO_KEYS, STEP_INFO_KEYS, TextEnv
+
+ENV_NAMES = agentrl.list_envs()
+
+
+def _random_bytes_text(seed: int) -> str:
+    raw = np.random.default_rng(seed).integers(0, 256, size=300, dtype=np.uint8).tobytes()
+    return raw.decode("utf-8", errors="replace")
+
+
+# Inputs that are no action in any environment's grammar.
+GARBAGE = [
+    "",
+    "   \n\t ",
+    "qz" * 5000,  # 10k characters
+    "↑↓←→ 上へ移動 🚀 ∀x∃y",
+    _random_bytes_text(0),
+    _random_bytes_text(1),
+    "<action></action>",
+    "\x00\x01\x02",
+]
+
+
+def _check_info(info: dict, keys: tuple[str, ...]) -> None:
+    for key in keys:
+        assert key in info, f"info lacks {key!r}"
+    hash(info["anchor"])
+    assert isinstance(info["won"], bool)
+    adm = info["admissible_actions"]
+    assert adm is None or (isinstance(adm, list) and all(isinstance(a, str) for a in adm))
+    assert isinstance(info["task"], str) and info["task"]
+
+
+def _policy_action(info: dict, rng: np.random.Generator) -> str:
+    adm = info["admissible_actions"]
+    return adm[int(rng.integers(len(adm)))] if adm else "look"
+
+
+def test_some_environment_is_registered():
+    assert "sokoban" in ENV_NAMES
+
+
+@pytest.mark.parametrize("name", ENV_NAMES)
+def test_types_and_info_keys(name):
+    env = agentrl.make(name)
+    assert isinstance(env.unwrapped, TextEnv)
+    obs, info = env.reset(seed=3)
+    assert isinstance(obs, str) and obs
+    _check_info(info, INFO_KEYS)
+    rng = np.random.default_rng(0)
+    out = env.step(_policy_action(info, rng))
+    assert len(out) == 5
+    obs, reward, terminated, truncated, info = out
+    assert isinstance(obs, str)
+    assert isinstance(reward, float)
+    assert isinstance(terminated, bool) and isinstance(truncated, bool)
+    _check_info(info, STEP_INFO_KEYS)
+    assert info["action_valid"] is True
+    assert isinstance(info["executed_action"], str)
+
+
+def _rollout(name: str, seed: int, n: int = 40) -> list:
+    env = agentrl.make(name)
+    obs, info = env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    trace = [(obs, info["anchor"], info["admissible_actions"])]
+    for _ in range(n):
+        obs, r, term, trunc, info = env.step(_policy_action(info, rng))
+        trace.append((obs, r, term, trunc, info["anchor"], info["won"], info["executed_action"]))
+        if term or trunc:
+            obs, info = env.reset()  # the env's own RNG continues: twins must still agree
+            trace.append((obs, info["anchor"]))
+    return trace
+
+
+@pytest.mark.parametrize("name", ENV_NAMES)
+def test_twin_rollouts_identical(name):
+    assert _rollout(name, 11) == _rollout(name, 11)
+    assert _rollout(name, 11) != _rollout(name, 12), "different seeds should give other tasks"
+
+
+@pytest.mark.parametrize("name", ENV_NAMES)
+@pytest.mark.parametrize("bad", GARBAGE, ids=range(len(GARBAGE)))
+def test_garbage_actions_are_invalid_and_never_raise(name, bad):
+    env = agentrl.make(name)
+    _, info = env.reset(seed=5)
+    anchor = info["anchor"]
+    _, reward, terminated, _, info2 = env.step(bad)
+    assert info2["action_valid"] is False
+    assert info2["executed_action"] is None
+    assert not terminated
+    assert info2["anchor"] == anchor, "an invalid action must not change the state"
+    assert isinstance(reward, float) and np.isfinite(reward)
+
+
+@pytest.mark.parametrize("name", ENV_NAMES)
+def test_non_string_actions_never_raise(name):
+    env = agentrl.make(name)
+    env.reset(seed=1)
+    for bad in (None, 3, b"up"):
+        _, _, term, _, info = env.step(bad)  # type: ignore[arg-type]
+        assert info["action_valid"] is False
+        assert not term
+
+
+@pytest.mark.parametrize("name", ENV_NAMES)
+def test_case_and_whitespace_variants(name):
+    """Variants of a real action are invalid, or accepted as exactly that canonical action."""
+    env = agentrl.make(name)
+    _, info = env.reset(seed=2)
+    action = _policy_action(info, np.random.default_rng(0))
+    for variant in (action.upper(), f"  {action}\n", action.swapcase(), f"\t{action.title()} "):
+        env.reset(seed=2)
+        _, _, _, _, info2 = env.step(variant)
+        if info2["action_valid"]:
+            assert info2["executed_action"] == action
+        else:
+            assert info2["executed_action"] is None
+
+
+@pytest.mark.parametrize("name", ENV_NAMES)
+def test_truncated_at_step_limit_and_terminated_only_on_true_end(name):
+    env = agentrl.make(name)
+    limit = env.unwrapped.max_steps
+    # Invalid actions never finish the task, so the episode must run exactly to the limit.
+    env.reset(seed=0)
+    for t in range(1, limit + 1):
+        _, _, term, trunc, info = env.step("")
+        assert not term
+        assert trunc == (t == limit)
+    # Random play: every end is either a win (terminated) or the limit (truncated).
+    rng = np.random.default_rng(0)
+    for seed in range(5):
+        _, info = env.reset(seed=seed)
+        for t in range(1, limit + 1):
+            _, _, term, trunc, info = env.step(_policy_action(info, rng))
+            assert not (term and trunc)
+            if term:
+                # Some tasks can end in failure (e.g. buying the wrong item); those that can
+                # only end by succeeding say so, and then an end must be a win.
+                if env.unwrapped.ends_only_on_success:
+                    assert info["won"]
+                break
+            assert trunc == (t == limit)
+            if trunc:
+                break
+        assert term or trunc

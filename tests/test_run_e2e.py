@@ -1,0 +1,71 @@
+"""End to end: ``python -m agentrl.run ... trainer.steps=2`` on the tiny model."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+RUN = [sys.executable, "-m", "agentrl.run"]
+
+
+def _run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*RUN, *args, f"hydra.run.dir={tmp_path}/hydra"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+
+
+def test_two_iterations_train_every_parameter_and_save_hf_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    proc = _run(
+        [
+            "trainer.steps=2",
+            "rollout.n_tasks=2",
+            "rollout.group_size=4",
+            "trainer.progress=false",
+            "trainer.save_initial=true",
+            f"trainer.out_dir={out}",
+        ],
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "iter 2/2" in proc.stderr + proc.stdout
+    ckpt = out / "checkpoints" / "iter-000002"
+    assert (ckpt / "config.json").exists() and (ckpt / "model.safetensors").exists()
+    assert (out / "checkpoints" / "latest").read_text() == "iter-000002"
+    assert (out / "run_config.yaml").exists()
+    assert list((out / "tb").glob("events.out.tfevents.*")), "no TensorBoard log"
+    trained = AutoModelForCausalLM.from_pretrained(ckpt)
+    initial = AutoModelForCausalLM.from_pretrained(out / "checkpoints" / "iter-000000")
+    AutoTokenizer.from_pretrained(ckpt)  # the tokenizer round-trips too
+    before = dict(initial.named_parameters())
+    unchanged = [
+        n for n, p in trained.named_parameters() if p.requires_grad and torch.equal(p, before[n])
+    ]
+    assert not unchanged, f"parameters that did not change: {unchanged}"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["+trainer.stepz=2"], "trainer.stepz is not a valid key"),
+        (["trainer.steps=0"], "trainer.steps=0 is invalid"),
+        (["+env.num_boxs=2"], "env.num_boxs is not a valid key"),
+        (["env=sokobn"], "Available options in 'env'"),
+        (["algo.norm_by_std=maybe"], "algo.norm_by_std='maybe' must be true or false"),
+        (["trainer.stepz=2"], "Key 'stepz' is not in struct"),
+    ],
+)
+def test_broken_config_fails_at_startup_naming_the_key(args, message, tmp_path):
+    proc = _run([*args, f"trainer.out_dir={tmp_path}/run"], tmp_path)
+    assert proc.returncode != 0
+    assert message in proc.stderr + proc.stdout
+    assert not (tmp_path / "run" / "checkpoints").exists()
