@@ -119,7 +119,10 @@ def from_mapping(cls: type[T], mapping: Mapping[str, Any] | None, path: str = ""
     kwargs = {k: _coerce(prefix + k, v, hints[k]) for k, v in mapping.items()}
     try:
         return cls(**kwargs)
-    except ConfigError:
+    except ConfigError as exc:
+        # Checks in __post_init__ name the field; add where the config sits in the run.
+        if prefix and not str(exc).startswith(prefix):
+            raise ConfigError(prefix + str(exc)) from exc
         raise
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{path or cls.__name__}: {exc}") from exc

@@ -101,48 +101,61 @@ def clipped_surrogate(
 
 
 def token_logprobs(
-    model, input_ids: torch.Tensor, attention: torch.Tensor, temperature: float
+    model,
+    input_ids: torch.Tensor,
+    attention: torch.Tensor,
+    temperature: float,
+    n_last: int | None = None,
 ) -> torch.Tensor:
     """Log-prob of each token given its prefix, with logits divided by ``temperature``.
 
     Args:
-        input_ids, attention: (B, L) right-padded sequences and their mask.
+        input_ids, attention: (B, L) sequences and their mask; left padding is supported
+            (position ids follow the mask, as in generation).
+        n_last: only score the last ``n_last`` tokens (the lm-head and softmax then run on
+            ``n_last`` positions instead of L, which matters for large vocabularies).
     Returns:
-        (B, L−1) float32: entry t is log p(input_ids[:, t+1] | input_ids[:, :t+1]).
+        (B, L−1), or (B, n_last) with ``n_last``: entry t is the log-prob of token t+1 (of the
+        scored window) given everything before it.
     """
-    logits = model(input_ids=input_ids, attention_mask=attention).logits[:, :-1].float()
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    keep = 0 if n_last is None else n_last + 1
+    out = model(
+        input_ids=input_ids, attention_mask=attention, position_ids=positions, logits_to_keep=keep
+    )
+    logits = out.logits[:, :-1].float()  # (B, W, V): W = L−1 or n_last
     if temperature not in (0.0, 1.0):
         logits = logits / temperature
-    b, t, v = logits.shape
-    targets = input_ids[:, 1:]
-    return -F.cross_entropy(logits.reshape(b * t, v), targets.reshape(-1), reduction="none").view(
-        b, t
-    )
+    b, w, v = logits.shape
+    targets = input_ids[:, -w:]
+    nll = F.cross_entropy(logits.reshape(b * w, v), targets.reshape(-1), reduction="none")
+    return -nll.view(b, w)
 
 
 def _pack(samples: Sequence[Sample], pad_id: int, device) -> dict[str, torch.Tensor]:
-    """Right-pad prompt+response sequences; masks and per-token tensors are aligned to targets.
+    """Left-pad prompt+response sequences so every response ends at the last column.
 
-    Returns tensors: ``ids``/``attn`` (B, L); ``mask``, ``old``, ``adv`` (B, L−1) where
-    position t refers to target token ``ids[:, t+1]``.
+    Returns ``ids``/``attn`` (B, L) and ``mask``, ``old``, ``adv`` (B, R) aligned with the last
+    R = max response length target tokens (see :func:`token_logprobs` with ``n_last=R``).
     """
     width = max(len(s.prompt_ids) + len(s.response_ids) for s in samples)
+    r_max = max(len(s.response_ids) for s in samples)
     b = len(samples)
     ids = torch.full((b, width), pad_id, dtype=torch.long)
     attn = torch.zeros((b, width), dtype=torch.long)
-    mask = torch.zeros((b, width - 1), dtype=torch.float32)
-    old = torch.zeros((b, width - 1), dtype=torch.float32)
-    adv = torch.zeros((b, width - 1), dtype=torch.float32)
+    mask = torch.zeros((b, r_max), dtype=torch.float32)
+    old = torch.zeros((b, r_max), dtype=torch.float32)
+    adv = torch.zeros((b, r_max), dtype=torch.float32)
     for r, s in enumerate(samples):
-        p, n = len(s.prompt_ids), len(s.response_ids)
-        ids[r, : p + n] = torch.tensor(s.prompt_ids + s.response_ids, dtype=torch.long)
-        attn[r, : p + n] = 1
-        mask[r, p - 1 : p - 1 + n] = 1.0
-        old[r, p - 1 : p - 1 + n] = torch.tensor(s.old_logprobs, dtype=torch.float32)
-        adv[r, p - 1 : p - 1 + n] = s.advantage
-    return {
-        k: v.to(device) for k, v in dict(ids=ids, attn=attn, mask=mask, old=old, adv=adv).items()
-    }
+        seq = s.prompt_ids + s.response_ids
+        n = len(s.response_ids)
+        ids[r, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
+        attn[r, width - len(seq) :] = 1
+        mask[r, r_max - n :] = 1.0
+        old[r, r_max - n :] = torch.tensor(s.old_logprobs, dtype=torch.float32)
+        adv[r, r_max - n :] = s.advantage
+    tensors = dict(ids=ids, attn=attn, mask=mask, old=old, adv=adv)
+    return {k: v.to(device) for k, v in tensors.items()}
 
 
 def micro_batches(samples: Sequence[Sample], token_budget: int) -> list[list[Sample]]:
@@ -150,6 +163,8 @@ def micro_batches(samples: Sequence[Sample], token_budget: int) -> list[list[Sam
     (a single sample larger than the budget forms its own chunk)."""
     chunks: list[list[Sample]] = []
     cur: list[Sample] = []
+    # Similar lengths together waste less padding; the order within a mini-batch is irrelevant.
+    samples = sorted(samples, key=lambda s: len(s.prompt_ids) + len(s.response_ids))
     width = 0
     for s in samples:
         n = len(s.prompt_ids) + len(s.response_ids)
@@ -212,7 +227,9 @@ class Learner:
         pg_sum = clip_sum = kl_sum = 0.0
         for chunk in micro_batches(mini, cfg.micro_batch_tokens):
             t = _pack(chunk, self.pad_id, device)
-            logp = token_logprobs(self.model, t["ids"], t["attn"], self.temperature)
+            logp = token_logprobs(
+                self.model, t["ids"], t["attn"], self.temperature, n_last=t["mask"].shape[1]
+            )
             loss_tok, clipped = clipped_surrogate(
                 logp, t["old"], t["adv"], cfg.clip_low, cfg.clip_high, cfg.clip_ratio_c
             )

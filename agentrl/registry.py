@@ -94,5 +94,6 @@ def make(name: str, **kwargs: Any) -> gym.Env:
     """
     spec = env_spec(name)
     if spec.config_cls is not None:
-        validate_env_kwargs(spec.name, kwargs)
+        # render_mode is gymnasium's own keyword, not part of an environment's config.
+        validate_env_kwargs(spec.name, {k: v for k, v in kwargs.items() if k != "render_mode"})
     return gym.make(spec.env_id, disable_env_checker=True, **kwargs)

@@ -16,7 +16,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from agentrl.configuration import ConfigError
-from agentrl.runconfig import build_run_config, register_schemas
+from agentrl.runconfig import RunConfig, build_run_config, register_schemas
 
 log = logging.getLogger("agentrl")
 
@@ -32,6 +32,20 @@ def _main(cfg: DictConfig) -> None:
 
     out_dir = run_cfg.trainer.out_dir or HydraConfig.get().runtime.output_dir
     train(run_cfg, out_dir)
+
+
+def compose(overrides: list[str] | None = None) -> RunConfig:
+    """Compose and validate a run config in-process (the CLI's config, without running).
+
+    Raises Hydra's errors for unknown groups/options and :class:`ConfigError` for bad values.
+    """
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_module
+
+    register_schemas()
+    with initialize_config_module("agentrl.configs", version_base="1.3"):
+        cfg = hydra_compose("config", overrides=list(overrides or []))
+    return build_run_config(OmegaConf.to_container(cfg, resolve=False))
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ from agentrl.learner import (
     Learner,
     LearnerConfig,
     Sample,
+    _pack,
     clipped_surrogate,
     micro_batches,
     token_logprobs,
@@ -91,6 +92,12 @@ def test_sampler_logprobs_match_learner_recomputation(tok):
             ids = torch.tensor([p + g.token_ids])
             lp = token_logprobs(model, ids, torch.ones_like(ids), temp)[0, len(p) - 1 :]
             np.testing.assert_allclose(lp.detach().numpy(), g.logprobs, atol=1e-4)
+        # The learner's left-padded packing of both samples scores them the same way.
+        samples = [Sample(p, g.token_ids, g.logprobs, 0.0) for p, g in zip(prompts, gens)]
+        t = _pack(samples, tok.pad_token_id, "cpu")
+        lp = token_logprobs(model, t["ids"], t["attn"], temp, n_last=t["mask"].shape[1])
+        got = lp[t["mask"].bool()].detach().numpy()
+        np.testing.assert_allclose(got, [x for g in gens for x in g.logprobs], atol=1e-4)
 
 
 def test_update_changes_parameters_and_follows_advantage(tok):

@@ -10,6 +10,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from agentrl.configuration import ConfigError
+from agentrl.run import compose
+
 RUN = [sys.executable, "-m", "agentrl.run"]
 
 
@@ -53,19 +56,36 @@ def test_two_iterations_train_every_parameter_and_save_hf_checkpoint(tmp_path):
     assert not unchanged, f"parameters that did not change: {unchanged}"
 
 
+def test_broken_config_fails_at_startup_with_exit_code(tmp_path):
+    proc = _run(["+trainer.stepz=2", f"trainer.out_dir={tmp_path}/run"], tmp_path)
+    assert proc.returncode == 2
+    assert "trainer.stepz is not a valid key" in proc.stderr + proc.stdout
+    assert "Did you mean 'steps'?" in proc.stderr + proc.stdout
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_default_config_composes():
+    cfg = compose()
+    assert (cfg.env_name, cfg.algo_name, cfg.model.name) == ("sokoban", "grpo", "tiny")
+    assert cfg.model.name_or_path is None
+    cfg = compose(["env.dim_room=[7,7]", "env.num_boxes=2", "algo.norm_by_std=false"])
+    assert cfg.env_kwargs["dim_room"] == [7, 7] and cfg.algo.norm_by_std is False
+
+
 @pytest.mark.parametrize(
-    ("args", "message"),
+    ("args", "error", "message"),
     [
-        (["+trainer.stepz=2"], "trainer.stepz is not a valid key"),
-        (["trainer.steps=0"], "trainer.steps=0 is invalid"),
-        (["+env.num_boxs=2"], "env.num_boxs is not a valid key"),
-        (["env=sokobn"], "Available options in 'env'"),
-        (["algo.norm_by_std=maybe"], "algo.norm_by_std='maybe' must be true or false"),
-        (["trainer.stepz=2"], "Key 'stepz' is not in struct"),
+        (["+trainer.stepz=2"], ConfigError, "trainer.stepz is not a valid key"),
+        (["trainer.steps=0"], ConfigError, "trainer.steps=0 is invalid"),
+        (["+env.num_boxs=2"], ConfigError, "Did you mean 'num_boxes'"),
+        (["env=sokobn"], Exception, "Could not find 'env/sokobn'"),
+        (["algo=grpp"], Exception, "Could not find 'algo/grpp'"),
+        (["algo.norm_by_std=maybe"], ConfigError, "algo.norm_by_std='maybe' must be true or false"),
+        (["trainer.stepz=2"], Exception, "Could not override 'trainer.stepz'"),
+        (["rollout.action_format=xml"], ConfigError, "choose one of ['tag', 'plain']"),
     ],
 )
-def test_broken_config_fails_at_startup_naming_the_key(args, message, tmp_path):
-    proc = _run([*args, f"trainer.out_dir={tmp_path}/run"], tmp_path)
-    assert proc.returncode != 0
-    assert message in proc.stderr + proc.stdout
-    assert not (tmp_path / "run" / "checkpoints").exists()
+def test_broken_config_names_the_key(args, error, message):
+    with pytest.raises(error) as exc:
+        compose(args)
+    assert message in str(exc.value)

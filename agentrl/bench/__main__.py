@@ -1,0 +1,39 @@
+"""Command line for the benchmarks: ``python -m agentrl.bench <name> [--out DIR] [--quick]``.
+
+``COMMANDS`` maps each name to ``"module:function"``; the function is imported only when its
+command runs (so one benchmark's heavy imports never slow another) and is called as
+``function(out_dir=..., quick=...)``. Adding a benchmark is one line in ``COMMANDS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMANDS: dict[str, str] = {
+    "env-speed": "agentrl.bench.env_speed:run",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` (default: ``sys.argv[1:]``), run the benchmark, return the exit code."""
+    parser = argparse.ArgumentParser(
+        prog="python -m agentrl.bench",
+        description=f"Run a benchmark: {', '.join(COMMANDS)}.",
+    )
+    parser.add_argument("command", nargs="?", help=f"one of {', '.join(COMMANDS)}")
+    parser.add_argument("--out", default="results", help="report folder (default: results)")
+    parser.add_argument("--quick", action="store_true", help="a fast smoke run")
+    args = parser.parse_args(argv)
+    if args.command not in COMMANDS:
+        what = "no benchmark given" if args.command is None else f"unknown {args.command!r}"
+        print(f"{what}; valid benchmarks: {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    module, func = COMMANDS[args.command].split(":")
+    getattr(importlib.import_module(module), func)(out_dir=args.out, quick=args.quick)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

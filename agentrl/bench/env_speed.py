@@ -1,0 +1,284 @@
+"""Environment speed benchmark: Sokoban level generation and stepping, ours vs gym-sokoban.
+
+For each room setting (7x7 with 2 boxes, gym-sokoban's ``Sokoban-small-v0`` and the reference
+number, and 6x6 with 1 box, agentrl's default) it times ``reset`` (one fresh level each) and
+``step`` with random valid moves on the bare environment class (no gymnasium wrappers), for
+:class:`agentrl.envs.sokoban.SokobanEnv` and, when it imports, gym-sokoban 0.0.6's
+``SokobanEnv`` in the same process. It also solves a sample of levels from both with the BFS
+solver to compare how hard the levels are. Results go to ``results/env_speed.md`` under a
+``## Sokoban`` section; :func:`update_markdown_section` keeps other environments' sections.
+
+Reproduce with ``python -m agentrl.bench env-speed`` (``--quick`` for a smoke run). gym-sokoban
+needs ``pip install "setuptools<81" gym==0.26.2 gym-sokoban==0.0.6``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import io
+import os
+import platform
+import random
+import re
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SETTINGS: tuple[tuple[tuple[int, int], int], ...] = (((7, 7), 2), ((6, 6), 1))
+SECTION = "Sokoban"
+FILE_TITLE = "# Environment speed"
+FILE_PREAMBLE = (
+    f"{FILE_TITLE}\n\n"
+    "Reproduce with `python -m agentrl.bench env-speed` (`--quick` for a smoke run). Each "
+    "`## <environment>` section is rewritten by its own benchmark; the others are kept.\n"
+)
+
+
+@dataclass
+class Timing:
+    """Per-level reset times (seconds) and per-step throughput for one implementation."""
+
+    name: str
+    reset_s: np.ndarray
+    steps_per_s: float
+    opt_len: np.ndarray  # optimal solution lengths (moves) of a sample of levels
+
+    def row(self, ref: Timing | None) -> str:
+        """A markdown table row; speed-ups are against ``ref`` (gym-sokoban), if measured."""
+        r = self.reset_s
+        speedup = (
+            f"{ref.reset_s.mean() / r.mean():,.0f}x / {self.steps_per_s / ref.steps_per_s:,.0f}x"
+            if ref is not None
+            else "-"
+        )
+        opt = (
+            f"{self.opt_len.mean():.1f} / {np.median(self.opt_len):.0f} / {self.opt_len.max()}"
+            if len(self.opt_len)
+            else "-"
+        )
+        return (
+            f"| {self.name} | {len(r)} | {r.mean() * 1e3:.3f} | {np.median(r) * 1e3:.3f} | "
+            f"{r.max() * 1e3:.3f} | {1 / r.mean():,.0f} | {self.steps_per_s:,.0f} | {speedup} "
+            f"| {opt} |"
+        )
+
+
+def _ours(
+    dim_room: tuple[int, int], num_boxes: int, n_levels: int, n_steps: int, n_solve: int, **kw: Any
+) -> Timing:
+    from agentrl.envs.sokoban.env import ACTIONS, SokobanEnv
+    from agentrl.envs.sokoban.solver import optimal_length
+
+    env = SokobanEnv(dim_room=dim_room, num_boxes=num_boxes, max_steps=100, **kw)
+    env.reset(seed=0)
+    times, levels = [], []
+    for _ in range(n_levels):
+        t0 = time.perf_counter()
+        env.reset()
+        times.append(time.perf_counter() - t0)
+        if len(levels) < n_solve:
+            levels.append(env.level)
+    rng = np.random.default_rng(0)
+    actions = [ACTIONS[i] for i in rng.integers(0, 4, n_steps)]
+    env.reset(seed=1)
+    spent = 0.0
+    for a in actions:
+        t0 = time.perf_counter()
+        _, _, term, trunc, _ = env.step(a)
+        spent += time.perf_counter() - t0
+        if term or trunc:
+            env.reset()
+    opt = np.array([optimal_length(lv) for lv in levels], dtype=int)
+    return Timing("", np.array(times), n_steps / spent, opt)
+
+
+def _gym_level(fixed: np.ndarray, state: np.ndarray) -> Any:
+    """gym-sokoban's arrays (0 wall, 2 target, 3/4 box, 5 player) as our Level."""
+    from agentrl.envs.sokoban.generator import Level
+
+    h, w = fixed.shape
+    return Level(
+        walls=tuple(tuple(bool(fixed[r, c] == 0) for c in range(w)) for r in range(h)),
+        targets=tuple(sorted((int(r), int(c)) for r, c in np.argwhere(fixed == 2))),
+        boxes=tuple(sorted((int(r), int(c)) for r, c in np.argwhere((state == 3) | (state == 4)))),
+        player=tuple(int(x) for x in np.argwhere(state == 5)[0]),
+    )
+
+
+def _gym_sokoban(
+    dim_room: tuple[int, int], num_boxes: int, n_levels: int, n_steps: int, n_solve: int
+) -> Timing:
+    from gym_sokoban.envs.sokoban_env import SokobanEnv as GymSokobanEnv
+
+    from agentrl.envs.sokoban.solver import optimal_length
+
+    # gym-sokoban draws from the global ``random`` and ``np.random`` states.
+    random.seed(0)
+    np.random.seed(0)
+    env = GymSokobanEnv(dim_room=dim_room, num_boxes=num_boxes, max_steps=100, reset=False)
+    times, levels = [], []
+    # It prints "[SOKOBAN] Retry" whenever a room fails; keep that out of the report.
+    with contextlib.redirect_stdout(io.StringIO()):
+        for _ in range(n_levels):
+            t0 = time.perf_counter()
+            env.reset()
+            times.append(time.perf_counter() - t0)
+            if len(levels) < n_solve:
+                levels.append(_gym_level(env.room_fixed, env.room_state))
+        env.reset()
+        rng = np.random.default_rng(0)
+        spent = 0.0
+        for a in rng.integers(1, 9, n_steps).tolist():  # 1..8: push/move in four directions
+            t0 = time.perf_counter()
+            _, _, done, _ = env.step(a)
+            spent += time.perf_counter() - t0
+            if done:
+                env.reset()
+    opt = np.array([optimal_length(lv) for lv in levels], dtype=int)
+    return Timing("", np.array(times), n_steps / spent, opt)
+
+
+def _import_gym_sokoban() -> str | None:
+    """None if gym-sokoban imports, else why not."""
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            import gym_sokoban  # noqa: F401
+    except Exception as exc:  # any import failure only drops the comparison rows
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def update_markdown_section(path: Path, heading: str, body: str, preamble: str) -> None:
+    """Write ``## heading`` + ``body`` into ``path``, keeping every other ``## `` section.
+
+    The file is a preamble followed by sections, each from a ``## `` line to the next; an
+    existing section with the same heading is replaced in place, a new one is appended.
+    ``preamble`` is only used when the file is new (an existing one is kept).
+    """
+    sections: list[tuple[str, str]] = []
+    if path.exists():
+        text = path.read_text()
+        parts = re.split(r"^(?=## )", text, flags=re.MULTILINE)
+        preamble = parts[0] if parts[0].strip() else preamble
+        for part in parts[1:]:
+            title = part.splitlines()[0][3:].strip()
+            sections.append((title, part.rstrip() + "\n"))
+    new = f"## {heading}\n\n{body.rstrip()}\n"
+    if any(title == heading for title, _ in sections):
+        sections = [(t, new if t == heading else s) for t, s in sections]
+    else:
+        sections.append((heading, new))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(preamble.rstrip() + "\n\n" + "\n".join(s for _, s in sections))
+
+
+def run(
+    out_dir: str | os.PathLike = "results",
+    n_levels: int = 1000,
+    n_steps: int = 20_000,
+    n_ref_levels: int = 200,
+    n_ref_steps: int = 1000,
+    n_solve: int = 100,
+    quick: bool = False,
+    log: Callable[[str], Any] = print,
+) -> dict[str, dict[str, Timing]]:
+    """Run the benchmark, write ``<out_dir>/env_speed.md`` and return the timings.
+
+    Args:
+        out_dir: folder of the markdown report.
+        n_levels, n_steps: levels generated and steps taken with agentrl's env per setting.
+        n_ref_levels, n_ref_steps: the same for gym-sokoban (about 40 ms a level).
+        n_solve: levels per implementation solved optimally to compare difficulty.
+        quick: a smoke run with a few levels and steps.
+        log: where progress lines go.
+
+    Returns:
+        ``{"7x7/2": {"ours": Timing, "ours (all boxes off)": ..., "gym-sokoban": ...}, ...}``.
+    """
+    if quick:
+        n_levels, n_steps, n_ref_levels, n_ref_steps, n_solve = 50, 2000, 5, 100, 10
+    gym_error = _import_gym_sokoban()
+    results: dict[str, dict[str, Timing]] = {}
+    lines = []
+    for dim_room, num_boxes in SETTINGS:
+        key = f"{dim_room[0]}x{dim_room[1]}/{num_boxes}"
+        row: dict[str, Timing] = {}
+        log(f"[env-speed] {key}: agentrl")
+        row["agentrl"] = _ours(dim_room, num_boxes, n_levels, n_steps, n_solve)
+        if num_boxes > 1:
+            row[f"agentrl, min_boxes_off_target={num_boxes}"] = _ours(
+                dim_room, num_boxes, n_levels, n_steps, n_solve, min_boxes_off_target=num_boxes
+            )
+        if gym_error is None:
+            log(f"[env-speed] {key}: gym-sokoban 0.0.6")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                row["gym-sokoban 0.0.6"] = _gym_sokoban(
+                    dim_room, num_boxes, n_ref_levels, n_ref_steps, n_solve
+                )
+        results[key] = row
+        ref = row.get("gym-sokoban 0.0.6")
+        for name, timing in row.items():
+            timing.name = f"{key} {name}"
+            lines.append(timing.row(ref))
+            log("  " + lines[-1])
+
+    today = datetime.date.today().isoformat()
+    versions = ", ".join(
+        f"{d} {_version(d)}" for d in ("agentrl", "numpy", "gymnasium", "gym", "gym-sokoban")
+    )
+    gym_note = (
+        "gym-sokoban ran in the same process on the same machine."
+        if gym_error is None
+        else f"gym-sokoban was not measured ({gym_error})."
+    )
+    body = "\n".join(
+        [
+            f"Machine: {os.cpu_count()} CPU cores ({_cpu_name()}), no GPU; "
+            f"Python {platform.python_version()}. Date: {today}.  ",
+            f"Versions: {versions}.  ",
+            "Reproduce: `python -m agentrl.bench env-speed`"
+            + (" (this was a `--quick` smoke run)." if quick else "."),
+            "",
+            "Per level: one `reset()` of the bare env class, i.e. generating a fresh level plus "
+            "the first observation (text for agentrl, a 16 px RGB image for gym-sokoban). "
+            "Steps/s: random moves (agentrl: up/down/left/right text; gym-sokoban: actions "
+            "1-8), reset time excluded. Speed-up: over gym-sokoban, in levels/s and steps/s. "
+            "Optimal moves: BFS optimum over the first levels generated (mean / median / max), "
+            "to compare difficulty. Room = height x width / boxes. " + gym_note,
+            "",
+            f"| room, implementation | levels | mean ms/level | p50 ms | max ms | levels/s "
+            f"| steps/s | speed-up (levels / steps) | optimal moves (n={n_solve}) |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+            *lines,
+        ]
+    )
+    path = Path(out_dir) / "env_speed.md"
+    update_markdown_section(path, SECTION, body, FILE_PREAMBLE)
+    log(f"[env-speed] wrote {path}")
+    return results
