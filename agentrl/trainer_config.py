@@ -12,7 +12,7 @@ from agentrl.configuration import check
 class TrainerConfig:
     """The outer loop: how long to train, where to write, what to save."""
 
-    steps: int = 30
+    steps: int = 20
     """Training iterations (rollout → credit → update)."""
     seed: int = 0
     """Seeds the model initialisation, sampling, task draws and mini-batch order."""
