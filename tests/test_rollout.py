@@ -1,0 +1,119 @@
+"""Prompting, projection, the registry's errors and the multi-turn rollout on a toy env."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import agentrl
+from agentrl.batch import StepBatch
+from agentrl.configuration import ConfigError
+from agentrl.model import ModelConfig, build_tiny_model, build_tokenizer, load_pretrained
+from agentrl.prompting import build_prompt, project_action
+from agentrl.rollout import Generation, HFBackend, RolloutConfig, Sampling, collect
+
+
+def test_project_action_tag_and_plain():
+    assert project_action("I think <action>up</action>", "tag") == ("up", True)
+    assert project_action("<action>up</action> no, <ACTION> left </ACTION>", "tag") == (
+        "left",
+        True,
+    )
+    assert project_action("up", "tag") == ("", False)
+    assert project_action("<action>  </action>", "tag") == ("", False)
+    assert project_action("  down \n", "plain") == ("down", True)
+    assert project_action("", "plain") == ("", False)
+    assert project_action("x" * 10_000, "plain") == ("", False)
+
+
+def test_build_prompt_shows_last_turns_and_actions():
+    p = build_prompt("Do it.", [("obs A", "left"), ("obs B", "up")], "obs C", ["up"], 5, "tag")
+    assert p.index("Do it.") < p.index("Step 4: observation:\nobs A\naction: left")
+    assert "Step 5: observation:\nobs B\naction: up" in p
+    assert "Current observation (step 6):\nobs C" in p
+    assert "Admissible actions: up" in p and "<action>" in p
+    p = build_prompt("Do it.", [], "obs", None, 0, "plain")
+    assert "Recent history" not in p and "Admissible" not in p
+
+
+def test_unknown_env_lists_names_and_closest():
+    with pytest.raises(
+        ConfigError, match=r"registered environments are \[.*'sokoban'.*Did you mean 'sokoban'"
+    ):
+        agentrl.make("sokobam")
+    with pytest.raises(ConfigError, match=r"env\.max_step is not a valid key.*max_steps"):
+        agentrl.make("guess", max_step=3)
+
+
+class ScriptedBackend:
+    """Answers every prompt with the next scripted text (a stand-in for a model)."""
+
+    def __init__(self, answers):
+        self.answers = iter(answers)
+        self.calls = []
+
+    def generate(self, prompts, sampling):
+        self.calls.append(len(prompts))
+        out = []
+        for _ in prompts:
+            text = next(self.answers)
+            out.append(
+                Generation(token_ids=[7] * len(text), logprobs=[-1.0] * len(text), text=text)
+            )
+        return out
+
+
+def test_collect_groups_share_task_drop_finished_and_penalise_invalid():
+    envs = [agentrl.make("guess", max_steps=3) for _ in range(4)]
+    cfg = RolloutConfig(n_tasks=2, group_size=2, invalid_penalty=0.5, history_length=1)
+    # Turn 1 (4 live): two guesses, one junk answer, one guess. Later turns: always "1".
+    backend = ScriptedBackend(["1", "2", "junk", "3"] + ["1"] * 20)
+    tok = build_tokenizer(["Guess a number from 1 to 3.", "Find the secret number."] * 5, 300)
+    groups = collect(envs, [10, 11], backend, tok, cfg, Sampling(max_new_tokens=4))
+    assert len(groups) == 2 and all(len(g.trajectories) == 2 for g in groups)
+    assert [g.seed for g in groups] == [10, 11]
+    # Members of a group face the same secret: same seed.
+    secrets = [e.unwrapped.secret for e in envs]
+    assert secrets[0] == secrets[1] and secrets[2] == secrets[3]
+    junk = groups[1].trajectories[0].steps[0]
+    assert not junk.valid and junk.action is None and junk.reward == pytest.approx(-0.5)
+    for g in groups:
+        for tr in g.trajectories:
+            assert 1 <= len(tr.steps) <= 3
+            last = tr.steps[-1]
+            assert last.terminated or last.truncated
+            assert tr.won == last.terminated
+            assert all(not s.terminated and not s.truncated for s in tr.steps[:-1])
+    # Finished episodes drop out: the number of prompts per call never grows.
+    assert backend.calls == sorted(backend.calls, reverse=True) and backend.calls[0] == 4
+    batch = StepBatch.from_groups(groups)
+    assert batch.n_trajs == 4 and batch.n_steps == sum(backend.calls)
+
+
+def test_collect_with_tiny_model_records_token_logprobs():
+    envs = [agentrl.make("sokoban") for _ in range(4)]
+    tok = build_tokenizer(["up down left right", "# _ O X P"] * 20, 300)
+    torch.manual_seed(0)
+    model = build_tiny_model(ModelConfig(hidden_size=32, intermediate_size=64), tok)
+    cfg = RolloutConfig(n_tasks=2, group_size=2)
+    groups = collect(envs, [1, 2], HFBackend(model, tok), tok, cfg, Sampling(max_new_tokens=3))
+    steps = [s for g in groups for tr in g.trajectories for s in tr.steps]
+    assert steps and all(1 <= len(s.response_ids) <= 3 for s in steps)
+    assert all(len(s.logprobs) == len(s.response_ids) for s in steps)
+    assert all(np.all(np.array(s.logprobs) <= 0) for s in steps)
+    assert all(s.prompt_ids[-1] != tok.pad_token_id for s in steps)
+
+
+def test_checkpoint_dir_loads_as_model_name_or_path(tmp_path):
+    tok = build_tokenizer(["up down left right"] * 10, 300)
+    model = build_tiny_model(ModelConfig(arch="llama", hidden_size=32, intermediate_size=64), tok)
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    loaded, tok2 = load_pretrained(ModelConfig(name_or_path=str(tmp_path)))
+    assert type(loaded).__name__ == "LlamaForCausalLM"
+    assert (
+        tok2.padding_side == "left" and tok2("up down")["input_ids"] == tok("up down")["input_ids"]
+    )
+    for a, b in zip(model.parameters(), loaded.parameters()):
+        assert torch.equal(a, b)
