@@ -44,6 +44,8 @@ class Step:
     response_text: str = ""
     observation: str = ""
     """The observation the policy acted on (kept for logging sample trajectories)."""
+    prompt_text: str = ""
+    """The user message of this turn before chat formatting (for rescoring, e.g. RELACE)."""
 
 
 @dataclass
@@ -52,6 +54,8 @@ class Trajectory:
 
     steps: list[Step] = field(default_factory=list)
     won: bool = False
+    final_obs: str = ""
+    """The observation after the last step."""
 
     @property
     def ret(self) -> float:
@@ -66,6 +70,21 @@ class TrajectoryGroup:
     task: str
     seed: int
     trajectories: list[Trajectory] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class StepTexts:
+    """Texts of a batch for estimators that rescore responses (RELACE); N steps, M trajectories.
+
+    Attributes:
+        prompts: (N,) the user message each response answered (no chat formatting).
+        responses: (N,) the generated text of each step.
+        final_obs: (M,) the last observation of each trajectory (after its last step).
+    """
+
+    prompts: tuple[str, ...]
+    responses: tuple[str, ...]
+    final_obs: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -103,6 +122,8 @@ class StepBatch:
     n_groups: int
     action_names: tuple[str, ...] = ()
     """``action_names[step_action[n]]`` is the executed action string."""
+    texts: StepTexts | None = None
+    """Prompt/response texts, present for batches built from rollouts."""
 
     def __post_init__(self) -> None:
         n = self.step_reward.shape[0]
@@ -154,7 +175,8 @@ class StepBatch:
             k: []
             for k in ("reward", "traj", "t", "anchor", "action", "valid", "term", "trunc", "nll")
         }
-        traj_group, traj_won = [], []
+        traj_group, traj_won, final_obs = [], [], []
+        prompts, responses = [], []
         m = 0
         for g, group in enumerate(groups):
             for traj in group.trajectories:
@@ -169,7 +191,10 @@ class StepBatch:
                     cols["term"].append(s.terminated)
                     cols["trunc"].append(s.truncated)
                     cols["nll"].append(-float(np.mean(s.logprobs)) if s.logprobs else np.nan)
+                    prompts.append(s.prompt_text)
+                    responses.append(s.response_text)
                 traj_group.append(g)
+                final_obs.append(traj.final_obs)
                 traj_won.append(traj.won)
                 m += 1
         return StepBatch(
@@ -186,6 +211,7 @@ class StepBatch:
             traj_won=np.asarray(traj_won, dtype=bool),
             n_groups=len(groups),
             action_names=tuple(actions),
+            texts=StepTexts(tuple(prompts), tuple(responses), tuple(final_obs)),
         )
 
 

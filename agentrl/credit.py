@@ -1,23 +1,25 @@
 """Registry of credit-assignment estimators and their shared return type.
 
 An estimator is a pure function ``fn(batch, graph, cfg) -> Advantages``: ``batch`` is a
-:class:`~agentrl.batch.StepBatch`, ``graph`` the batch's trajectory graph (``None`` for
-estimators registered with ``needs_graph=False``), ``cfg`` the estimator's own frozen config
-dataclass. Register with::
+:class:`~agentrl.batch.StepBatch`, ``graph`` the batch's
+:class:`~agentrl.graph.TrajectoryGraph` (``None`` for estimators registered with
+``needs_graph=False``), ``cfg`` the estimator's own frozen config dataclass. Register with::
 
     @register_estimator("grpo", config=GRPOConfig)
     def grpo(batch, graph, cfg): ...
 
-Registering a name twice raises; an unknown name lists the valid ones. The trainer only ever
-calls :func:`compute_advantages`, never an estimator by name.
+Estimators that rescore responses with the model (RELACE) register with ``needs_scorer=True``
+and receive a :class:`Scorer` as the one extra keyword argument ``scorer``; they never reach
+into the trainer. Registering a name twice raises; an unknown name lists the valid ones. The
+trainer only ever calls :func:`compute_advantages`, never an estimator by name.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -39,7 +41,17 @@ class Advantages:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-Estimator = Callable[[StepBatch, Any, Any], Advantages]
+Estimator = Callable[..., Advantages]
+
+
+class Scorer(Protocol):
+    """Teacher-forced scoring of responses, implemented by the policy model.
+
+    ``score(contexts, responses)`` returns an (n,) float64 array: the mean token log-prob of
+    each response given its context (the user message; the scorer applies chat formatting).
+    """
+
+    def score(self, contexts: Sequence[str], responses: Sequence[str]) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)
@@ -50,6 +62,7 @@ class EstimatorSpec:
     fn: Estimator
     config_cls: type
     needs_graph: bool
+    needs_scorer: bool = False
 
 
 _ESTIMATORS: dict[str, EstimatorSpec] = {}
@@ -61,14 +74,14 @@ class NoConfig:
 
 
 def register_estimator(
-    name: str, config: type = NoConfig, needs_graph: bool = False
+    name: str, config: type = NoConfig, needs_graph: bool = False, needs_scorer: bool = False
 ) -> Callable[[Estimator], Estimator]:
     """Decorator registering an estimator under ``name`` with its config dataclass."""
 
     def deco(fn: Estimator) -> Estimator:
         if name in _ESTIMATORS:
             raise ValueError(f"estimator {name!r} is already registered")
-        _ESTIMATORS[name] = EstimatorSpec(name, fn, config, needs_graph)
+        _ESTIMATORS[name] = EstimatorSpec(name, fn, config, needs_graph, needs_scorer)
         return fn
 
     return deco
@@ -101,10 +114,16 @@ def estimator_config(name: str, overrides: Mapping[str, Any] | None = None) -> A
 
 
 def compute_advantages(
-    name: str, batch: StepBatch, cfg: Any = None, graph: Any = None
+    name: str,
+    batch: StepBatch,
+    cfg: Any = None,
+    graph: Any = None,
+    scorer: Scorer | None = None,
 ) -> Advantages:
     """Run estimator ``name`` on ``batch`` and add the shared diagnostics.
 
+    ``graph`` is built here if the estimator needs one and none is given (callers running
+    several estimators on one batch build it once with :func:`agentrl.graph.build_graph`).
     Adds ``credit/solve_time_s``, ``credit/adv_mean``, ``credit/adv_std`` and
     ``credit/nonsingleton_frac`` (fraction of steps whose anchor was visited by more than one
     step of its group) to the estimator's own metrics.
@@ -113,12 +132,21 @@ def compute_advantages(
     if cfg is None:
         cfg = spec.config_cls()
     if spec.needs_graph and graph is None:
-        raise ValueError(f"estimator {name!r} needs the batch's trajectory graph")
+        from agentrl.graph import build_graph
+
+        graph = build_graph(batch)
+    extra = {}
+    if spec.needs_scorer:
+        if scorer is None:
+            raise ValueError(f"estimator {name!r} needs a scorer (the policy model)")
+        extra["scorer"] = scorer
     t0 = time.perf_counter()
-    out = spec.fn(batch, graph, cfg)
+    out = spec.fn(batch, graph if spec.needs_graph else None, cfg, **extra)
     elapsed = time.perf_counter() - t0
     if out.step.shape != (batch.n_steps,):
         raise ValueError(f"{name} returned shape {out.step.shape}, expected ({batch.n_steps},)")
+    if not np.all(np.isfinite(out.step)):
+        raise FloatingPointError(f"{name} returned non-finite advantages")
     metrics = {f"credit/{k}": float(v) for k, v in out.metrics.items()}
     metrics.update(step_metrics(batch, out.step))
     metrics["credit/solve_time_s"] = elapsed
@@ -156,3 +184,42 @@ def group_mean_std(
     dev2 = np.bincount(groups, weights=(values - mean[groups]) ** 2, minlength=n_groups)
     std = np.sqrt(dev2 / np.maximum(count - 1.0, 1.0))
     return mean[groups], std[groups], count[groups]
+
+
+def steps_from_end(step_traj: np.ndarray) -> np.ndarray:
+    """(N,) int64 — how many steps follow each step in its trajectory (0 for the last).
+
+    Args:
+        step_traj: (N,) trajectory index; steps of a trajectory contiguous, in turn order.
+    """
+    n = step_traj.shape[0]
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    lengths = np.bincount(step_traj)
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    t = np.arange(n) - starts[step_traj]
+    return lengths[step_traj] - 1 - t
+
+
+def discounted_returns(step_reward: np.ndarray, step_traj: np.ndarray, gamma: float) -> np.ndarray:
+    """Return-to-go G_{i,t} = Σ_{k≥t} γ^{k−t} r_{i,k} within each trajectory.
+
+    Vectorised over trajectories: one pass per distance-from-the-end (≤ the longest
+    trajectory), each a numpy operation over all steps at that distance.
+
+    Args:
+        step_reward: (N,) float rewards.
+        step_traj: (N,) trajectory index; steps of a trajectory contiguous, in turn order.
+    Returns:
+        (N,) float64 returns.
+    """
+    ret = np.asarray(step_reward, dtype=np.float64).copy()
+    k = steps_from_end(step_traj)
+    if ret.shape[0] == 0:
+        return ret
+    order = np.argsort(k, kind="stable")
+    bounds = np.searchsorted(k[order], np.arange(int(k.max()) + 2))
+    for d in range(1, int(k.max()) + 1):
+        idx = order[bounds[d] : bounds[d + 1]]  # steps with d steps after them
+        ret[idx] += gamma * ret[idx + 1]
+    return ret

@@ -225,7 +225,7 @@ def collect(
         prompt_ids = [encode_prompt(tokenizer, t, cfg.max_prompt_tokens) for t in texts]
         gens = backend.generate(prompt_ids, sampling)
         still = []
-        for j, ids, gen in zip(live, prompt_ids, gens):
+        for j, text, ids, gen in zip(live, texts, prompt_ids, gens):
             action, ok = project_action(gen.text, mode)
             next_obs, reward, terminated, truncated, info = envs[j].step(action if ok else "")
             valid = ok and bool(info.get("action_valid", True))
@@ -244,12 +244,14 @@ def collect(
                     valid=valid,
                     response_text=gen.text,
                     observation=obs[j],
+                    prompt_text=text,
                 )
             )
             history[j].append((obs[j], action if ok else gen.text.strip()[:80]))
             obs[j], infos[j] = next_obs, info
             if terminated or truncated:
                 trajs[j].won = bool(info["won"])
+                trajs[j].final_obs = next_obs
             else:
                 still.append(j)
         live = still
