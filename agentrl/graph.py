@@ -120,7 +120,7 @@ class TrajectoryGraph:
                 continue
             target = "success" if x == self.success else "failure" if x == self.failure else int(x)
             name = self._action_name(int(self.sa_action[a]))
-            count = int(round(p * self.sa_count[a]))
+            count = round(float(p * self.sa_count[a]))
             g.add_edge(s, target, key=name, action=name, count=count, p=float(p))
         return g
 
