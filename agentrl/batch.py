@@ -124,6 +124,9 @@ class StepBatch:
     """``action_names[step_action[n]]`` is the executed action string."""
     texts: StepTexts | None = None
     """Prompt/response texts, present for batches built from rollouts."""
+    anchor_keys: tuple[Hashable, ...] | None = None
+    """The environment's anchor of each interned anchor id (``anchor_keys[step_anchor[n]]``),
+    present for batches built from rollouts; used e.g. for similarity clustering."""
 
     def __post_init__(self) -> None:
         n = self.step_reward.shape[0]
@@ -212,6 +215,7 @@ class StepBatch:
             n_groups=len(groups),
             action_names=tuple(actions),
             texts=StepTexts(tuple(prompts), tuple(responses), tuple(final_obs)),
+            anchor_keys=tuple(key for _, key in anchors),
         )
 
 

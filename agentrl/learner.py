@@ -1,20 +1,25 @@
-"""The PPO-style learner: clipped surrogate over response tokens with AdamW.
+"""The PPO-style learner: one clipped-surrogate update over the response tokens of a batch.
 
 One training sample is one environment step: the prompt the policy saw and the response it
-generated, with the step's advantage broadcast to every response token. Per mini-batch the
-loss is the clipped surrogate (asymmetric clip ε_low/ε_high, dual clip ``c`` for negative
-advantages, as verl's ``compute_policy_loss_vanilla``) aggregated by ``token-mean`` over the
-mini-batch's response tokens. Mini-batches are split into micro-batches by a token budget; each
-micro-batch's loss is divided by the mini-batch's token count, so gradient accumulation gives
-exactly the token-mean gradient. See ALGOS.md §8.
+generated, with the step's advantage broadcast to every response token. Per mini-batch the loss
+is the clipped surrogate (asymmetric clip ε_low/ε_high, dual clip ``c`` for negative
+advantages; token- or step-level ratio), aggregated by ``learner.loss_agg``, plus
+``kl_coef``·KL to a frozen reference and minus ``entropy_coef``·entropy (pieces in
+:mod:`agentrl.losses`; ALGOS.md §8). Mini-batches are split into micro-batches by a token
+budget; each micro-batch's loss is normalised by the *mini-batch's* token/sequence counts, so
+gradient accumulation gives exactly the mini-batch gradient. Old log-probs come from the
+sampler or are recomputed by the trainer (``learner.old_logprobs``); the mismatch between the
+two is logged when recomputing.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from contextlib import nullcontext
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -22,6 +27,18 @@ import torch
 import torch.nn.functional as F
 
 from agentrl.configuration import check
+from agentrl.losses import (
+    KLType,
+    LossAgg,
+    RatioLevel,
+    aggregate_loss,
+    clipped_surrogate,
+    entropy_from_logits,
+    kl_penalty,
+    policy_ratio,
+)
+
+__all__ = ["Learner", "LearnerConfig", "Sample", "clipped_surrogate", "token_logprobs"]
 
 
 @dataclass(frozen=True)
@@ -32,28 +49,57 @@ class LearnerConfig:
     """AdamW learning rate (1e-3 suits the tiny model; real models use ~1e-6)."""
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.999)
+    lr_schedule: Literal["constant", "cosine", "linear"] = "constant"
+    """Decay after warm-up, over ``trainer.steps`` iterations (one scheduler step each)."""
+    warmup_iters: int = 0
+    """Iterations of linear warm-up from 0 to ``lr``."""
+    min_lr_ratio: float = 0.0
+    """Floor of the cosine/linear decay as a fraction of ``lr``."""
     clip_low: float = 0.2
     """ε_low: ratio floor is 1 − clip_low."""
     clip_high: float = 0.2
     """ε_high: ratio ceiling is 1 + clip_high (0.28 = DAPO clip-higher)."""
     clip_ratio_c: float = 3.0
     """Dual-clip bound for negative advantages (must be > 1)."""
-    loss_agg: Literal["token-mean"] = "token-mean"
-    """How token losses are aggregated."""
+    ratio_level: RatioLevel = "token"
+    """``token``: PPO's per-token ratio; ``step``: one length-normalised ratio per response
+    (GSPO-style; GAGPO's action-level ratio — use small clips, e.g. 3e-4/4e-4)."""
+    loss_agg: LossAgg = "token-mean"
+    """How token losses are aggregated (see :func:`agentrl.losses.aggregate_loss`)."""
+    loss_scale: int = 0
+    """Divisor of ``seq-mean-token-sum-norm``; 0 = ``rollout.max_new_tokens``."""
+    kl_coef: float = 0.0
+    """Weight of KL(π‖π_ref) in the loss; 0 = no reference model at all."""
+    kl_type: KLType = "k3"
+    """KL estimator: k1, k2, k3 (low-variance, clamped as verl) or abs."""
+    entropy_coef: float = 0.0
+    """Entropy bonus weight (verl-agent uses 0.001)."""
     ppo_epochs: int = 1
     """Passes over the batch per iteration."""
     mini_batch_steps: int = 0
     """Steps per optimiser step; 0 = the whole batch in one mini-batch."""
+    query_preserved: bool = False
+    """Keep all steps of a group in the same mini-batch (cancellation-preserving batching)."""
     micro_batch_tokens: int = 8192
     """Token budget of one forward/backward pass (gradient accumulation within a mini-batch)."""
     max_grad_norm: float = 1.0
     """Gradient clipping by global norm; 0 disables."""
+    old_logprobs: Literal["sampler", "recompute"] = "sampler"
+    """Behaviour log-probs: as recorded by the sampler, or recomputed by the trainer before
+    the update (then ``loss/old_logp_mismatch`` logs the difference)."""
 
     def __post_init__(self) -> None:
         check(self.lr > 0, "learner.lr", self.lr, "> 0")
+        check(self.weight_decay >= 0, "learner.weight_decay", self.weight_decay, ">= 0")
+        check(self.warmup_iters >= 0, "learner.warmup_iters", self.warmup_iters, ">= 0")
+        check(0 <= self.min_lr_ratio <= 1, "learner.min_lr_ratio", self.min_lr_ratio, "in [0, 1]")
         check(self.clip_low > 0, "learner.clip_low", self.clip_low, "> 0")
+        check(self.clip_low < 1, "learner.clip_low", self.clip_low, "< 1")
         check(self.clip_high > 0, "learner.clip_high", self.clip_high, "> 0")
         check(self.clip_ratio_c > 1, "learner.clip_ratio_c", self.clip_ratio_c, "> 1")
+        check(self.loss_scale >= 0, "learner.loss_scale", self.loss_scale, ">= 0")
+        check(self.kl_coef >= 0, "learner.kl_coef", self.kl_coef, ">= 0")
+        check(self.entropy_coef >= 0, "learner.entropy_coef", self.entropy_coef, ">= 0")
         check(self.ppo_epochs >= 1, "learner.ppo_epochs", self.ppo_epochs, ">= 1")
         check(self.mini_batch_steps >= 0, "learner.mini_batch_steps", self.mini_batch_steps, ">= 0")
         check(
@@ -73,31 +119,41 @@ class Sample:
     response_ids: list[int]
     old_logprobs: list[float]
     advantage: float
+    group: int = 0
+    """Task group of the step (for query-preserved mini-batching)."""
+    ref_logprobs: list[float] | None = field(default=None, repr=False)
+    """Reference-model log-probs, filled by the learner when ``kl_coef > 0``."""
 
 
-def clipped_surrogate(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    adv: torch.Tensor,
-    clip_low: float,
-    clip_high: float,
-    clip_ratio_c: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token PPO loss with asymmetric and dual clipping.
+def response_logits(
+    model, input_ids: torch.Tensor, attention: torch.Tensor, n_last: int | None = None
+) -> torch.Tensor:
+    """Logits predicting each of the last ``n_last`` tokens (all tokens after the first if None).
 
     Args:
-        logp, old_logp, adv: (..., T) current and behaviour log-probs and advantages.
+        input_ids, attention: (B, L) sequences and their mask; left padding is supported
+            (position ids follow the mask, as in generation).
     Returns:
-        (loss, clipped): (..., T) per-token loss and a bool mask of tokens where clipping
-        changed the loss.
+        (B, W, V) float32 with W = ``n_last`` or L − 1: entry t predicts token L − W + t. Only W
+        positions go through the lm-head, which matters for large vocabularies.
     """
-    ratio = torch.exp(torch.clamp(logp - old_logp, -20.0, 20.0))
-    l1 = -adv * ratio
-    l2 = -adv * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
-    loss = torch.maximum(l1, l2)
-    dual = torch.minimum(loss, -adv * clip_ratio_c)
-    loss = torch.where(adv < 0, dual, loss)
-    return loss, l2 > l1
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    keep = 0 if n_last is None else n_last + 1
+    out = model(
+        input_ids=input_ids, attention_mask=attention, position_ids=positions, logits_to_keep=keep
+    )
+    return out.logits[:, :-1].float()
+
+
+def logprobs_from_logits(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float
+) -> torch.Tensor:
+    """log softmax(logits / temperature)[target]: (B, W, V), (B, W) → (B, W)."""
+    if temperature not in (0.0, 1.0):
+        logits = logits / temperature
+    b, w, v = logits.shape
+    nll = F.cross_entropy(logits.reshape(b * w, v), targets.reshape(-1), reduction="none")
+    return -nll.view(b, w)
 
 
 def token_logprobs(
@@ -110,26 +166,14 @@ def token_logprobs(
     """Log-prob of each token given its prefix, with logits divided by ``temperature``.
 
     Args:
-        input_ids, attention: (B, L) sequences and their mask; left padding is supported
-            (position ids follow the mask, as in generation).
-        n_last: only score the last ``n_last`` tokens (the lm-head and softmax then run on
-            ``n_last`` positions instead of L, which matters for large vocabularies).
+        input_ids, attention: (B, L) sequences and their mask (left padding supported).
+        n_last: only score the last ``n_last`` tokens.
     Returns:
         (B, L−1), or (B, n_last) with ``n_last``: entry t is the log-prob of token t+1 (of the
         scored window) given everything before it.
     """
-    positions = (attention.cumsum(-1) - 1).clamp(min=0)
-    keep = 0 if n_last is None else n_last + 1
-    out = model(
-        input_ids=input_ids, attention_mask=attention, position_ids=positions, logits_to_keep=keep
-    )
-    logits = out.logits[:, :-1].float()  # (B, W, V): W = L−1 or n_last
-    if temperature not in (0.0, 1.0):
-        logits = logits / temperature
-    b, w, v = logits.shape
-    targets = input_ids[:, -w:]
-    nll = F.cross_entropy(logits.reshape(b * w, v), targets.reshape(-1), reduction="none")
-    return -nll.view(b, w)
+    logits = response_logits(model, input_ids, attention, n_last)
+    return logprobs_from_logits(logits, input_ids[:, -logits.shape[1] :], temperature)
 
 
 def _pack(samples: Sequence[Sample], pad_id: int, device) -> dict[str, torch.Tensor]:
@@ -155,6 +199,11 @@ def _pack(samples: Sequence[Sample], pad_id: int, device) -> dict[str, torch.Ten
         old[r, r_max - n :] = torch.tensor(s.old_logprobs, dtype=torch.float32)
         adv[r, r_max - n :] = s.advantage
     tensors = dict(ids=ids, attn=attn, mask=mask, old=old, adv=adv)
+    if all(s.ref_logprobs is not None for s in samples):
+        ref = torch.zeros((b, r_max), dtype=torch.float32)
+        for r, s in enumerate(samples):
+            ref[r, r_max - len(s.response_ids) :] = torch.tensor(s.ref_logprobs)
+        tensors["ref"] = ref
     return {k: v.to(device) for k, v in tensors.items()}
 
 
@@ -178,81 +227,202 @@ def micro_batches(samples: Sequence[Sample], token_budget: int) -> list[list[Sam
     return chunks
 
 
-class Learner:
-    """Owns the optimiser and runs the PPO update on batches of :class:`Sample`."""
+def mini_batches(
+    samples: Sequence[Sample], size: int, rng: np.random.Generator, query_preserved: bool
+) -> list[list[Sample]]:
+    """Shuffle ``samples`` into mini-batches of about ``size`` steps.
 
-    def __init__(self, model, cfg: LearnerConfig, pad_id: int, temperature: float = 1.0):
+    With ``query_preserved`` whole groups are shuffled and packed, so every step of a group
+    lands in the same mini-batch (a mini-batch may then exceed ``size`` by one group).
+    """
+    if not query_preserved:
+        order = rng.permutation(len(samples))
+        return [[samples[i] for i in order[k : k + size]] for k in range(0, len(samples), size)]
+    groups: dict[int, list[Sample]] = {}
+    for s in samples:
+        groups.setdefault(s.group, []).append(s)
+    keys = list(groups)
+    out: list[list[Sample]] = [[]]
+    for k in rng.permutation(len(keys)):
+        if out[-1] and len(out[-1]) + len(groups[keys[k]]) > size:
+            out.append([])
+        out[-1].extend(groups[keys[k]])
+    return out
+
+
+def lr_lambda(cfg: LearnerConfig, total_iters: int):
+    """The multiplier of ``lr`` at iteration i: linear warm-up, then constant/cosine/linear."""
+
+    def fn(i: int) -> float:
+        if cfg.warmup_iters and i < cfg.warmup_iters:
+            return (i + 1) / cfg.warmup_iters
+        if cfg.lr_schedule == "constant":
+            return 1.0
+        span = max(total_iters - cfg.warmup_iters, 1)
+        frac = min(max(i - cfg.warmup_iters, 0) / span, 1.0)
+        if cfg.lr_schedule == "cosine":
+            decay = 0.5 * (1.0 + math.cos(math.pi * frac))
+        else:
+            decay = 1.0 - frac
+        return cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * decay
+
+    return fn
+
+
+class Learner:
+    """Owns the optimiser, the LR schedule and the reference model; runs the PPO update."""
+
+    def __init__(
+        self,
+        model,
+        cfg: LearnerConfig,
+        pad_id: int,
+        temperature: float = 1.0,
+        total_iters: int = 1,
+        max_response_tokens: int = 1,
+    ):
         self.model = model
         self.cfg = cfg
         self.pad_id = pad_id
         self.temperature = temperature if temperature > 0 else 1.0
+        self.loss_scale = float(cfg.loss_scale or max_response_tokens)
         params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
         )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lr_lambda(cfg, total_iters)
+        )
+        self.ref_model = None
+        if cfg.kl_coef > 0 and not _is_peft(model):
+            # A frozen copy of the initial policy; with LoRA the base model (adapters disabled)
+            # is the reference, so no copy is needed.
+            self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
+
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+
+    @torch.no_grad()
+    def score(self, samples: Sequence[Sample], reference: bool = False) -> list[list[float]]:
+        """Teacher-forced log-probs of each sample's response under the policy (or reference)."""
+        device = next(self.model.parameters()).device
+        model = self.ref_model if reference and self.ref_model is not None else self.model
+        ctx = model.disable_adapter() if reference and _is_peft(model) else nullcontext()
+        was_training = model.training
+        model.eval()
+        out: dict[int, list[float]] = {}
+        index = {id(s): i for i, s in enumerate(samples)}
+        with ctx:
+            for chunk in micro_batches(samples, self.cfg.micro_batch_tokens):
+                t = _pack(chunk, self.pad_id, device)
+                lp = token_logprobs(
+                    model, t["ids"], t["attn"], self.temperature, t["mask"].shape[1]
+                )
+                for r, s in enumerate(chunk):
+                    out[index[id(s)]] = lp[r, lp.shape[1] - len(s.response_ids) :].cpu().tolist()
+        model.train(was_training)
+        return [out[i] for i in range(len(samples))]
 
     def update(self, samples: Sequence[Sample], rng: np.random.Generator) -> dict[str, float]:
-        """Run ``ppo_epochs`` passes of clipped-surrogate updates; return ``loss/``/``perf/``
-        metrics averaged over optimiser steps."""
+        """Run ``ppo_epochs`` passes of clipped-surrogate updates and one scheduler step.
+
+        Returns ``loss/`` and ``perf/`` metrics averaged over optimiser steps.
+        """
         samples = [s for s in samples if s.response_ids]
         if not samples:
+            self.scheduler.step()
             return {}
         cfg = self.cfg
         device = next(self.model.parameters()).device
+        out: dict[str, float] = {"loss/lr": self.optimizer.param_groups[0]["lr"]}
+        t0 = time.perf_counter()
+        if cfg.old_logprobs == "recompute":
+            fresh = self.score(samples)
+            diffs = np.concatenate(
+                [np.abs(np.subtract(f, s.old_logprobs)) for f, s in zip(fresh, samples)]
+            )
+            out["loss/old_logp_mismatch_mean"] = float(diffs.mean())
+            out["loss/old_logp_mismatch_max"] = float(diffs.max())
+            for f, s in zip(fresh, samples):
+                s.old_logprobs = f
+        if cfg.kl_coef > 0:
+            for ref, s in zip(self.score(samples, reference=True), samples):
+                s.ref_logprobs = ref
         self.model.train()
         size = cfg.mini_batch_steps or len(samples)
         sums: dict[str, float] = {}
-        n_updates = 0
-        n_tokens = 0
-        t0 = time.perf_counter()
+        n_updates = n_tokens = 0
         for _ in range(cfg.ppo_epochs):
-            order = rng.permutation(len(samples))
-            for start in range(0, len(samples), size):
-                mini = [samples[i] for i in order[start : start + size]]
+            for mini in mini_batches(samples, size, rng, cfg.query_preserved):
                 stats = self._step(mini, device)
                 n_tokens += int(stats.pop("tokens"))
                 for k, v in stats.items():
                     sums[k] = sums.get(k, 0.0) + v
                 n_updates += 1
+        self.scheduler.step()
         elapsed = time.perf_counter() - t0
-        out = {k: v / n_updates for k, v in sums.items()}
+        out.update({k: v / n_updates for k, v in sums.items()})
         out["perf/learn_tokens_per_s"] = n_tokens / max(elapsed, 1e-9)
         out["loss/updates"] = float(n_updates)
         return out
 
     def _step(self, mini: Sequence[Sample], device) -> dict[str, float]:
         cfg = self.cfg
-        total_tokens = sum(len(s.response_ids) for s in mini)
+        n_tokens = float(sum(len(s.response_ids) for s in mini))
+        n_seqs = float(len(mini))
+        agg = dict(mode=cfg.loss_agg, n_tokens=n_tokens, n_seqs=n_seqs, scale=self.loss_scale)
         self.optimizer.zero_grad(set_to_none=True)
-        pg_sum = clip_sum = kl_sum = 0.0
+        sums = dict(pg=0.0, clip=0.0, approx_kl=0.0, kl=0.0, entropy=0.0, loss=0.0)
         for chunk in micro_batches(mini, cfg.micro_batch_tokens):
             t = _pack(chunk, self.pad_id, device)
-            logp = token_logprobs(
-                self.model, t["ids"], t["attn"], self.temperature, n_last=t["mask"].shape[1]
-            )
-            loss_tok, clipped = clipped_surrogate(
-                logp, t["old"], t["adv"], cfg.clip_low, cfg.clip_high, cfg.clip_ratio_c
-            )
             mask = t["mask"]
-            # token-mean over the whole mini-batch: divide by its token count, not the chunk's.
-            loss = (loss_tok * mask).sum() / total_tokens
+            logits = response_logits(self.model, t["ids"], t["attn"], mask.shape[1])
+            logp = logprobs_from_logits(logits, t["ids"][:, -mask.shape[1] :], self.temperature)
+            ratio = policy_ratio(logp, t["old"], mask, cfg.ratio_level)
+            pg_tok, clipped = clipped_surrogate(
+                ratio, t["adv"], cfg.clip_low, cfg.clip_high, cfg.clip_ratio_c
+            )
+            pg = aggregate_loss(pg_tok, mask, **agg)
+            loss = pg
+            if cfg.entropy_coef > 0:
+                ent_tok = entropy_from_logits(logits / self.temperature)
+                loss = loss - cfg.entropy_coef * aggregate_loss(ent_tok, mask, **agg)
+            else:
+                with torch.no_grad():
+                    ent_tok = entropy_from_logits(logits / self.temperature)
+            if cfg.kl_coef > 0:
+                kl = aggregate_loss(kl_penalty(logp, t["ref"], cfg.kl_type), mask, **agg)
+                loss = loss + cfg.kl_coef * kl
+                sums["kl"] += float(kl.detach())
             loss.backward()
             with torch.no_grad():
-                pg_sum += float((loss_tok * mask).sum())
-                clip_sum += float((clipped.float() * mask).sum())
-                kl_sum += float(((t["old"] - logp) * mask).sum())
+                sums["loss"] += float(loss)
+                sums["pg"] += float(pg)
+                sums["clip"] += float((clipped.float() * mask).sum()) / n_tokens
+                sums["approx_kl"] += float(((t["old"] - logp) * mask).sum()) / n_tokens
+                sums["entropy"] += float((ent_tok * mask).sum()) / n_tokens
+        params = [p for p in self.model.parameters() if p.requires_grad]
         if cfg.max_grad_norm > 0:
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
         else:
-            grad_norm = torch.sqrt(
-                sum((p.grad**2).sum() for p in self.model.parameters() if p.grad is not None)
-            )
+            grads = [p.grad.norm() ** 2 for p in params if p.grad is not None]
+            grad_norm = float(torch.sqrt(sum(grads))) if grads else 0.0
         self.optimizer.step()
-        gn = float(grad_norm)
         return {
-            "loss/pg": pg_sum / total_tokens,
-            "loss/clipfrac": clip_sum / total_tokens,
-            "loss/approx_kl": kl_sum / total_tokens,
-            "loss/grad_norm": gn if math.isfinite(gn) else float("nan"),
-            "tokens": float(total_tokens),
+            "loss/total": sums["loss"],
+            "loss/pg": sums["pg"],
+            "loss/kl": sums["kl"],
+            "loss/entropy": sums["entropy"],
+            "loss/clipfrac": sums["clip"],
+            "loss/approx_kl": sums["approx_kl"],
+            "loss/grad_norm": grad_norm if math.isfinite(grad_norm) else float("nan"),
+            "tokens": n_tokens,
         }
+
+
+def _is_peft(model) -> bool:
+    return hasattr(model, "disable_adapter") and hasattr(model, "peft_config")

@@ -20,7 +20,8 @@ import torch
 import yaml
 
 from agentrl.batch import StepBatch, TrajectoryGroup, flat_steps
-from agentrl.credit import compute_advantages
+from agentrl.credit import compute_advantages, get_estimator
+from agentrl.graph import build_graph
 from agentrl.learner import Learner, Sample
 from agentrl.model import build_tiny_model, build_tokenizer, load_pretrained
 from agentrl.prompting import build_prompt
@@ -113,7 +114,14 @@ def train(cfg: RunConfig, out_dir: str | Path) -> dict[str, float]:
         model = build_tiny_model(cfg.model, tokenizer)
     model.to(device)
     backend = HFBackend(model, tokenizer, rc.max_batch_size)
-    learner = Learner(model, cfg.learner, tokenizer.pad_token_id, rc.temperature)
+    learner = Learner(
+        model,
+        cfg.learner,
+        tokenizer.pad_token_id,
+        temperature=rc.temperature,
+        total_iters=tc.steps,
+        max_response_tokens=rc.max_new_tokens,
+    )
     sampling = Sampling(
         max_new_tokens=rc.max_new_tokens,
         temperature=rc.temperature,
@@ -121,6 +129,17 @@ def train(cfg: RunConfig, out_dir: str | Path) -> dict[str, float]:
         top_k=rc.top_k,
         stop_strings=("</action>",) if rc.action_format == "tag" else (),
     )
+    estimator = get_estimator(cfg.algo_name)
+    scorer = None
+    if estimator.needs_scorer:
+        from agentrl.scoring import PolicyScorer
+
+        scorer = PolicyScorer(
+            model,
+            tokenizer,
+            temperature=rc.temperature or 1.0,
+            max_prompt_tokens=rc.max_prompt_tokens,
+        )
     n_params = sum(p.numel() for p in model.parameters())
     log.info(
         "model: %s parameters, vocab %d, device %s; writing to %s",
@@ -141,12 +160,14 @@ def train(cfg: RunConfig, out_dir: str | Path) -> dict[str, float]:
         groups = collect(envs, seeds, backend, tokenizer, rc, sampling)
         t1 = time.perf_counter()
         batch = StepBatch.from_groups(groups)
-        adv = compute_advantages(cfg.algo_name, batch, cfg.algo)
+        # Built once per batch and shared; only estimators that declare the need get it.
+        graph = build_graph(batch) if estimator.needs_graph else None
+        adv = compute_advantages(cfg.algo_name, batch, cfg.algo, graph=graph, scorer=scorer)
         t2 = time.perf_counter()
         steps = flat_steps(groups)
         samples = [
-            Sample(s.prompt_ids, s.response_ids, s.logprobs, float(a))
-            for s, a in zip(steps, adv.step)
+            Sample(s.prompt_ids, s.response_ids, list(s.logprobs), float(a), group=int(g))
+            for s, a, g in zip(steps, adv.step, batch.step_group)
         ]
         learn = learner.update(samples, rng)
         t3 = time.perf_counter()

@@ -32,10 +32,9 @@ def _model(tok, seed=0):
 
 
 def test_clipped_surrogate_golden():
-    old = torch.zeros(5)
-    logp = torch.log(torch.tensor([1.0, 1.5, 0.5, 1.5, 10.0]))
+    ratio = torch.tensor([1.0, 1.5, 0.5, 1.5, 10.0])
     adv = torch.tensor([1.0, 1.0, -1.0, -1.0, -1.0])
-    loss, clipped = clipped_surrogate(logp, old, adv, 0.2, 0.28, 3.0)
+    loss, clipped = clipped_surrogate(ratio, adv, 0.2, 0.28, 3.0)
     # r=1: -1. r=1.5,A>0: max(-1.5,-1.28)=-1.28. r=0.5,A<0: max(0.5,0.8)=0.8.
     # r=1.5,A<0: max(1.5,1.2)=1.5. r=10,A<0: max(10,1.2)=10 -> dual clip min(10, 3)=3.
     torch.testing.assert_close(loss, torch.tensor([-1.0, -1.28, 0.8, 1.5, 3.0]))
@@ -54,7 +53,7 @@ def _grads(tok, samples, budget):
     learner = Learner(
         model, LearnerConfig(micro_batch_tokens=budget, max_grad_norm=0), tok.pad_token_id
     )
-    learner.optimizer.step = lambda: None  # keep parameters: compare gradients only
+    learner.optimizer.param_groups[0]["lr"] = 0.0  # keep parameters: compare gradients only
     learner.update(samples, np.random.default_rng(0))
     return [p.grad.clone() for p in model.parameters()]
 
@@ -139,3 +138,100 @@ def test_config_validation():
         from_mapping(LearnerConfig, {"loss_agg": "sum"}, "learner")
     with pytest.raises(ConfigError, match=r"learner.clip_hgh is not a valid key.*clip_high"):
         from_mapping(LearnerConfig, {"clip_hgh": 0.3}, "learner")
+
+
+def test_query_preserved_mini_batches_keep_groups_together():
+    from agentrl.learner import mini_batches
+
+    samples = [Sample([1], [2], [0.0], 0.0, group=g) for g in (0, 0, 0, 1, 1, 2, 2, 2, 2, 3)]
+    rng = np.random.default_rng(0)
+    minis = mini_batches(samples, 4, rng, query_preserved=True)
+    seen = [s for m in minis for s in m]
+    assert sorted(map(id, seen)) == sorted(map(id, samples))
+    for g in range(4):
+        holders = [i for i, m in enumerate(minis) if any(s.group == g for s in m)]
+        assert len(holders) == 1, f"group {g} split over mini-batches {holders}"
+    plain = mini_batches(samples, 4, np.random.default_rng(0), query_preserved=False)
+    assert [len(m) for m in plain] == [4, 4, 2]
+
+
+def test_lr_schedule_warmup_then_cosine():
+    from agentrl.learner import lr_lambda
+
+    cfg = LearnerConfig(warmup_iters=2, lr_schedule="cosine", min_lr_ratio=0.1)
+    f = lr_lambda(cfg, total_iters=6)
+    assert [round(f(i), 4) for i in range(7)] == [0.5, 1.0, 1.0, 0.8682, 0.55, 0.2318, 0.1]
+    assert lr_lambda(LearnerConfig(), 10)(5) == 1.0
+
+
+def _on_policy(model, tok, prompt, responses, advs):
+    samples = []
+    with torch.no_grad():
+        for ids, a in zip(responses, advs):
+            t = torch.tensor([prompt + ids])
+            lp = token_logprobs(model, t, torch.ones_like(t), 1.0)[0, len(prompt) - 1 :]
+            samples.append(Sample(prompt, ids, lp.tolist(), a))
+    return samples
+
+
+def test_kl_to_reference_starts_at_zero_and_grows(tok):
+    model = _model(tok)
+    prompt = encode_prompt(tok, "push the box", 100)
+    resp = [tok(" up")["input_ids"], tok(" down")["input_ids"]]
+    cfg = LearnerConfig(lr=1e-2, kl_coef=0.1, kl_type="k3", entropy_coef=0.01)
+    learner = Learner(model, cfg, tok.pad_token_id)
+    first = learner.update(
+        _on_policy(model, tok, prompt, resp, [1.0, -1.0]), np.random.default_rng(0)
+    )
+    assert first["loss/kl"] == pytest.approx(0.0, abs=1e-7)
+    assert first["loss/entropy"] > 0
+    for _ in range(3):
+        stats = learner.update(
+            _on_policy(model, tok, prompt, resp, [1.0, -1.0]), np.random.default_rng(0)
+        )
+    assert stats["loss/kl"] > 1e-6
+    # the reference is frozen: it still scores like the initial model
+    fresh = _model(tok)
+    ref_lp = learner.score(_on_policy(fresh, tok, prompt, resp, [0, 0]), reference=True)
+    init_lp = [s.old_logprobs for s in _on_policy(fresh, tok, prompt, resp, [0, 0])]
+    np.testing.assert_allclose(np.concatenate(ref_lp), np.concatenate(init_lp), atol=1e-5)
+
+
+def test_recomputed_old_logprobs_match_sampler(tok):
+    model = _model(tok)
+    backend = HFBackend(model, tok)
+    prompts = [encode_prompt(tok, t, 100) for t in ("push the box", "move left now")]
+    gens = backend.generate(prompts, Sampling(max_new_tokens=5, temperature=0.9))
+    samples = [Sample(p, g.token_ids, list(g.logprobs), 0.5) for p, g in zip(prompts, gens)]
+    learner = Learner(model, LearnerConfig(old_logprobs="recompute"), tok.pad_token_id, 0.9)
+    stats = learner.update(samples, np.random.default_rng(0))
+    assert stats["loss/old_logp_mismatch_max"] < 1e-4
+    assert stats["loss/clipfrac"] == 0.0  # on-policy first step: ratio 1 everywhere
+
+
+@pytest.mark.parametrize(
+    "mode", ["seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+)
+def test_accumulation_matches_one_pass_for_every_aggregation(tok, mode):
+    rng = np.random.default_rng(3)
+    samples = []
+    for _ in range(5):
+        resp = rng.integers(5, 200, size=int(rng.integers(1, 5))).tolist()
+        samples.append(
+            Sample(
+                rng.integers(5, 200, size=int(rng.integers(3, 9))).tolist(),
+                resp,
+                list(rng.normal(-4.0, 0.3, size=len(resp))),
+                float(rng.normal()),
+            )
+        )
+    grads = []
+    for budget in (10_000, 12):
+        model = _model(tok)
+        cfg = LearnerConfig(micro_batch_tokens=budget, max_grad_norm=0, loss_agg=mode)
+        learner = Learner(model, cfg, tok.pad_token_id, max_response_tokens=8)
+        learner.optimizer.param_groups[0]["lr"] = 0.0
+        learner.update(samples, np.random.default_rng(0))
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
