@@ -56,6 +56,8 @@ class Trajectory:
     won: bool = False
     final_obs: str = ""
     """The observation after the last step."""
+    task_type: str | None = None
+    """``info['task_type']`` at the end, for environments that report one (per-type success)."""
 
     @property
     def ret(self) -> float:

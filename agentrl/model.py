@@ -1,6 +1,6 @@
 """Policy models and tokenizers: a tiny model built offline, or any HF causal LM by name.
 
-``model=tiny`` (the default) builds a small Qwen2- or Llama-architecture causal LM from a config
+``model=tiny`` (the default) builds a small Llama- or Qwen2-architecture causal LM from a config
 and a byte-level BPE tokenizer trained locally on text from the environment being trained
 (prompts of random episodes), so tests and the default job need no model hub. Setting
 ``model.name_or_path`` (a hub id or a local directory) loads any causal LM and its tokenizer with
@@ -10,7 +10,7 @@ and a byte-level BPE tokenizer trained locally on text from the environment bein
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
@@ -36,6 +36,26 @@ CHAT_TEMPLATE = (
 
 
 @dataclass(frozen=True)
+class LoRAConfig:
+    """Low-rank adapters via peft; ``r = 0`` trains the full model."""
+
+    r: int = 0
+    """Adapter rank; 0 disables LoRA."""
+    alpha: float = 16.0
+    dropout: float = 0.0
+    target_modules: str = "all-linear"
+    """peft target modules: ``all-linear`` or a comma-separated list of module names."""
+    save: Literal["merged", "adapter"] = "merged"
+    """Checkpoints hold the merged model (loadable by transformers/vLLM as is) or the adapter
+    (a resumable adapter is always saved alongside, under ``adapter/``)."""
+
+    def __post_init__(self) -> None:
+        check(self.r >= 0, "model.lora.r", self.r, ">= 0")
+        check(self.alpha > 0, "model.lora.alpha", self.alpha, "> 0")
+        check(0 <= self.dropout < 1, "model.lora.dropout", self.dropout, "in [0, 1)")
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     """Which policy model to use; the ``tiny_*`` fields only apply when building one."""
 
@@ -43,8 +63,11 @@ class ModelConfig:
     """Preset name (informational; ``model=tiny`` selects the built-from-config model)."""
     name_or_path: str | None = None
     """Hub id or local directory to load with ``from_pretrained``; None builds the tiny model."""
-    arch: Literal["qwen2", "llama"] = "qwen2"
-    """Architecture of the tiny model."""
+    arch: Literal["llama", "qwen2"] = "llama"
+    """Architecture of the tiny model. Llama is the default because ``AutoTokenizer`` loads a
+    saved Llama checkpoint with its own (generic) tokenizer, whereas for ``qwen2`` checkpoints
+    transformers substitutes ``Qwen2Tokenizer``, whose digit splitting changes the tiny
+    tokenizer's output (so reloading a qwen2 tiny checkpoint elsewhere would re-tokenize)."""
     hidden_size: int = 64
     num_layers: int = 2
     num_heads: int = 4
@@ -56,6 +79,9 @@ class ModelConfig:
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
     """Parameter dtype; bfloat16 is for GPUs."""
     trust_remote_code: bool = False
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (less memory, more compute)."""
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
 
     def __post_init__(self) -> None:
         check(
@@ -145,3 +171,46 @@ def load_pretrained(
         source, dtype=dtype, trust_remote_code=cfg.trust_remote_code
     )
     return model, tokenizer
+
+
+def prepare_for_training(model: PreTrainedModel, cfg: ModelConfig) -> PreTrainedModel:
+    """Apply gradient checkpointing and LoRA adapters as configured; returns the model to train."""
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False
+    if cfg.lora.r > 0:
+        from peft import LoraConfig, get_peft_model
+
+        targets = cfg.lora.target_modules
+        lora = LoraConfig(
+            r=cfg.lora.r,
+            lora_alpha=cfg.lora.alpha,
+            lora_dropout=cfg.lora.dropout,
+            target_modules=targets if targets == "all-linear" else targets.split(","),
+            task_type="CAUSAL_LM",
+        )
+        model = get_peft_model(model, lora)
+    return model
+
+
+def save_model(model: PreTrainedModel, tokenizer, path, cfg: ModelConfig) -> None:
+    """Save in Hugging Face format: the full (LoRA-merged) model, or the adapter only.
+
+    With LoRA the adapter is also written to ``path/adapter`` so that a run can resume.
+    """
+    from pathlib import Path
+
+    path = Path(path)
+    tokenizer.save_pretrained(path)
+    if cfg.lora.r > 0:
+        model.save_pretrained(path / "adapter")
+        if cfg.lora.save == "adapter":
+            model.save_pretrained(path)
+            return
+        # Merge into a copy so that training continues with separate adapters.
+        import copy
+
+        merged = copy.deepcopy(model).merge_and_unload()
+        merged.save_pretrained(path)
+        return
+    model.save_pretrained(path)

@@ -191,9 +191,11 @@ def collect(
     tokenizer,
     cfg: RolloutConfig,
     sampling: Sampling,
+    options: dict | None = None,
 ) -> list[TrajectoryGroup]:
     """Roll out one episode in each env; env ``j`` belongs to group ``j // G`` with ``G =
-    len(envs) // len(seeds)`` and is reset with ``seeds[j // G]``.
+    len(envs) // len(seeds)`` and is reset with ``seeds[j // G]`` (and ``options``, e.g.
+    ``{"split": "eval"}`` for evaluation).
 
     Returns:
         ``len(seeds)`` groups of ``G`` trajectories each.
@@ -204,7 +206,7 @@ def collect(
     mode: ActionFormat = cfg.action_format
     obs, infos = [], []
     for j, env in enumerate(envs):
-        o, info = env.reset(seed=int(seeds[j // g_size]))
+        o, info = env.reset(seed=int(seeds[j // g_size]), options=options)
         obs.append(o)
         infos.append(info)
     trajs = [Trajectory() for _ in envs]
@@ -252,6 +254,7 @@ def collect(
             if terminated or truncated:
                 trajs[j].won = bool(info["won"])
                 trajs[j].final_obs = next_obs
+                trajs[j].task_type = info.get("task_type")
             else:
                 still.append(j)
         live = still

@@ -2,10 +2,16 @@
 
 :func:`train` takes a validated :class:`~agentrl.runconfig.RunConfig` and an output directory.
 Each iteration draws B task seeds, rolls out G episodes per task with the current policy,
-flattens them into a :class:`~agentrl.batch.StepBatch`, asks the configured estimator for one
-advantage per step, broadcasts it to the response tokens and runs the learner. Metrics go to
-TensorBoard (namespaces ``env/``, ``credit/``, ``loss/``, ``perf/``) and the console; the model
-is saved in Hugging Face format under ``<out_dir>/checkpoints/``.
+flattens them into a :class:`~agentrl.batch.StepBatch`, builds the trajectory graph when the
+estimator needs one, asks the estimator for one advantage per step, broadcasts it to the
+response tokens and runs the learner. Every ``eval_every`` iterations the policy plays held-out
+seeds (seeds ≥ 2³¹, never drawn for training) at the evaluation temperature.
+
+Metrics go to TensorBoard (namespaces ``env/``, ``eval/``, ``credit/``, ``loss/``, ``perf/``),
+to ``metrics.jsonl`` and to the console. Checkpoints (``<out_dir>/checkpoints/iter-NNNNNN``)
+hold the model in Hugging Face format plus ``trainer_state.pt`` (optimizer, LR schedule, RNG
+states, iteration), so ``trainer.resume=true`` continues a killed run exactly where its last
+checkpoint left it.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +30,13 @@ from agentrl.batch import StepBatch, TrajectoryGroup, flat_steps
 from agentrl.credit import compute_advantages, get_estimator
 from agentrl.graph import build_graph
 from agentrl.learner import Learner, Sample
-from agentrl.model import build_tiny_model, build_tokenizer, load_pretrained
+from agentrl.model import (
+    build_tiny_model,
+    build_tokenizer,
+    load_pretrained,
+    prepare_for_training,
+    save_model,
+)
 from agentrl.prompting import build_prompt
 from agentrl.registry import make
 from agentrl.rollout import HFBackend, Sampling, collect
@@ -31,13 +44,16 @@ from agentrl.runconfig import RunConfig
 
 log = logging.getLogger("agentrl")
 
+EVAL_SEED_BASE = 2**31
+"""Evaluation seeds start here; training seeds are drawn below it."""
+
 
 def tokenizer_corpus(env, cfg: RunConfig, rng: np.random.Generator) -> list[str]:
     """Prompts and actions from random episodes of ``env``: the tiny tokenizer's training text."""
     texts: list[str] = []
     hist = cfg.rollout.history_length
     for _ in range(cfg.trainer.tokenizer_episodes):
-        obs, info = env.reset(seed=int(rng.integers(0, 2**31 - 1)))
+        obs, info = env.reset(seed=int(rng.integers(0, EVAL_SEED_BASE - 1)))
         history: list[tuple[str, str]] = []
         done = False
         while not done:
@@ -60,35 +76,140 @@ def tokenizer_corpus(env, cfg: RunConfig, rng: np.random.Generator) -> list[str]
     return texts
 
 
-def env_metrics(batch: StepBatch, groups: list[TrajectoryGroup]) -> dict[str, float]:
-    """Success, return, length and invalid-action rate of a batch (``env/`` namespace)."""
-    lens = batch.traj_len
+def env_metrics(batch: StepBatch, prefix: str = "env") -> dict[str, float]:
+    """Success, return, length and invalid-action rate of a batch."""
     return {
-        "env/success": float(batch.traj_won.mean()),
-        "env/return": float(batch.traj_return.mean()),
-        "env/length": float(lens.mean()),
-        "env/invalid_rate": float(1.0 - batch.step_valid.mean()),
-        "env/truncated": float(batch.step_truncated.sum() / max(batch.n_trajs, 1)),
+        f"{prefix}/success": float(batch.traj_won.mean()),
+        f"{prefix}/return": float(batch.traj_return.mean()),
+        f"{prefix}/length": float(batch.traj_len.mean()),
+        f"{prefix}/invalid_rate": float(1.0 - batch.step_valid.mean()),
+        f"{prefix}/truncated": float(batch.step_truncated.sum() / max(batch.n_trajs, 1)),
     }
 
 
-def save_checkpoint(model, tokenizer, cfg: RunConfig, out_dir: Path, iteration: int) -> Path:
-    """Write model + tokenizer (HF format) and the run state to ``checkpoints/iter-NNNNNN``."""
-    path = out_dir / "checkpoints" / f"iter-{iteration:06d}"
-    path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    (path / "agentrl_state.json").write_text(
-        json.dumps({"iteration": iteration, "config": cfg.to_dict()}, indent=2)
-    )
-    (out_dir / "checkpoints" / "latest").write_text(path.name)
-    return path
+def per_type_success(groups: list[TrajectoryGroup], prefix: str) -> dict[str, float]:
+    """Success per ``task_type`` for environments that report one."""
+    by_type: dict[str, list[bool]] = defaultdict(list)
+    for g in groups:
+        for tr in g.trajectories:
+            if tr.task_type is not None:
+                by_type[str(tr.task_type)].append(tr.won)
+    return {f"{prefix}/success_{k}": float(np.mean(v)) for k, v in sorted(by_type.items())}
+
+
+def format_trajectory(group: TrajectoryGroup, index: int = 0) -> str:
+    """One trajectory as markdown text (for TensorBoard)."""
+    tr = group.trajectories[index]
+    lines = [f"**task** (seed {group.seed}): {group.task}", ""]
+    for t, s in enumerate(tr.steps):
+        lines.append(
+            f"step {t + 1}: `{s.response_text!r}` → action {s.action!r}, reward {s.reward:+.2f}"
+        )
+    lines.append(f"\n**won**: {tr.won}")
+    return "  \n".join(lines)
 
 
 def _device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
+
+
+def _latest_checkpoint(out_dir: Path) -> Path | None:
+    marker = out_dir / "checkpoints" / "latest"
+    if not marker.exists():
+        return None
+    path = out_dir / "checkpoints" / marker.read_text().strip()
+    return path if (path / "trainer_state.pt").exists() else None
+
+
+def _build_model(cfg: RunConfig, envs, rng: np.random.Generator, resume_from: Path | None):
+    """Model and tokenizer: from a checkpoint, from ``name_or_path``, or the tiny model."""
+    lora = cfg.model.lora.r > 0
+    if resume_from is not None and not lora:
+        model, tokenizer = load_pretrained(cfg.model, str(resume_from))
+        return prepare_for_training(model, cfg.model), tokenizer
+    if cfg.model.name_or_path:
+        model, tokenizer = load_pretrained(cfg.model)
+    elif resume_from is not None:
+        # LoRA on the tiny model: rebuild the same base (same seed) around the saved tokenizer.
+        _, tokenizer = load_pretrained(cfg.model, str(resume_from))
+        model = build_tiny_model(cfg.model, tokenizer)
+    else:
+        tokenizer = build_tokenizer(tokenizer_corpus(envs[0], cfg, rng), cfg.model.vocab_size)
+        model = build_tiny_model(cfg.model, tokenizer)
+    if resume_from is not None:  # LoRA: base model + saved adapter
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, resume_from / "adapter", is_trainable=True)
+        if cfg.model.gradient_checkpointing:
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
+        return model, tokenizer
+    return prepare_for_training(model, cfg.model), tokenizer
+
+
+def save_checkpoint(
+    model,
+    tokenizer,
+    learner: Learner,
+    cfg: RunConfig,
+    out_dir: Path,
+    iteration: int,
+    rng: np.random.Generator,
+) -> Path:
+    """Write the model (HF format), the run state and the config; point ``latest`` at it."""
+    path = out_dir / "checkpoints" / f"iter-{iteration:06d}"
+    path.mkdir(parents=True, exist_ok=True)
+    save_model(model, tokenizer, path, cfg.model)
+    state = {
+        "iteration": iteration,
+        "learner": learner.state_dict(),
+        "torch_rng": torch.get_rng_state(),
+        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        "numpy_rng": rng.bit_generator.state,
+    }
+    # Write then rename, so a kill mid-save never leaves a checkpoint that looks complete.
+    torch.save(state, path / "trainer_state.tmp")
+    (path / "trainer_state.tmp").replace(path / "trainer_state.pt")
+    (path / "agentrl_config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+    tmp = out_dir / "checkpoints" / "latest.tmp"
+    tmp.write_text(path.name)
+    tmp.replace(out_dir / "checkpoints" / "latest")
+    return path
+
+
+class Evaluator:
+    """Plays held-out seeds with the current policy at the evaluation temperature."""
+
+    def __init__(self, cfg: RunConfig, backend, tokenizer):
+        rc = cfg.rollout
+        self.cfg = cfg
+        self.backend = backend
+        self.tokenizer = tokenizer
+        self.envs = [make(cfg.env_name, **cfg.env_kwargs) for _ in range(cfg.trainer.eval_episodes)]
+        self.seeds = [EVAL_SEED_BASE + k for k in range(cfg.trainer.eval_episodes)]
+        self.sampling = Sampling(
+            max_new_tokens=rc.max_new_tokens,
+            temperature=rc.eval_temperature,
+            top_p=rc.top_p,
+            top_k=rc.top_k,
+            stop_strings=("</action>",) if rc.action_format == "tag" else (),
+        )
+
+    def run(self) -> tuple[dict[str, float], list[TrajectoryGroup]]:
+        groups = collect(
+            self.envs,
+            self.seeds,
+            self.backend,
+            self.tokenizer,
+            self.cfg.rollout,
+            self.sampling,
+            options={"split": "eval"},
+        )
+        batch = StepBatch.from_groups(groups)
+        return {**env_metrics(batch, "eval"), **per_type_success(groups, "eval")}, groups
 
 
 def train(cfg: RunConfig, out_dir: str | Path) -> dict[str, float]:
@@ -98,8 +219,11 @@ def train(cfg: RunConfig, out_dir: str | Path) -> dict[str, float]:
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "run_config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
     tc, rc = cfg.trainer, cfg.rollout
+    resume_from = _latest_checkpoint(out_dir) if tc.resume else None
+    if tc.resume and resume_from is None:
+        log.info("trainer.resume: no checkpoint in %s, starting from scratch", out_dir)
+    (out_dir / "run_config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
     if tc.num_threads:
         torch.set_num_threads(tc.num_threads)
     torch.manual_seed(tc.seed)
@@ -107,11 +231,7 @@ def train(cfg: RunConfig, out_dir: str | Path) -> dict[str, float]:
     device = _device(tc.device)
 
     envs = [make(cfg.env_name, **cfg.env_kwargs) for _ in range(rc.n_tasks * rc.group_size)]
-    if cfg.model.name_or_path:
-        model, tokenizer = load_pretrained(cfg.model)
-    else:
-        tokenizer = build_tokenizer(tokenizer_corpus(envs[0], cfg, rng), cfg.model.vocab_size)
-        model = build_tiny_model(cfg.model, tokenizer)
+    model, tokenizer = _build_model(cfg, envs, rng, resume_from)
     model.to(device)
     backend = HFBackend(model, tokenizer, rc.max_batch_size)
     learner = Learner(
@@ -122,6 +242,16 @@ def train(cfg: RunConfig, out_dir: str | Path) -> dict[str, float]:
         total_iters=tc.steps,
         max_response_tokens=rc.max_new_tokens,
     )
+    start = 0
+    if resume_from is not None:
+        state = torch.load(resume_from / "trainer_state.pt", weights_only=False)
+        learner.load_state_dict(state["learner"])
+        torch.set_rng_state(state["torch_rng"])
+        if state["cuda_rng"] is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        rng.bit_generator.state = state["numpy_rng"]
+        start = int(state["iteration"])
+        log.info("resumed from %s (iteration %d)", resume_from, start)
     sampling = Sampling(
         max_new_tokens=rc.max_new_tokens,
         temperature=rc.temperature,
@@ -140,6 +270,7 @@ def train(cfg: RunConfig, out_dir: str | Path) -> dict[str, float]:
             temperature=rc.temperature or 1.0,
             max_prompt_tokens=rc.max_prompt_tokens,
         )
+    evaluator = Evaluator(cfg, backend, tokenizer) if tc.eval_every else None
     n_params = sum(p.numel() for p in model.parameters())
     log.info(
         "model: %s parameters, vocab %d, device %s; writing to %s",
@@ -148,15 +279,31 @@ def train(cfg: RunConfig, out_dir: str | Path) -> dict[str, float]:
         device,
         out_dir,
     )
+    if tc.save_initial and start == 0:
+        save_checkpoint(model, tokenizer, learner, cfg, out_dir, 0, rng)
 
-    if tc.save_initial:
-        save_checkpoint(model, tokenizer, cfg, out_dir, 0)
-    writer = SummaryWriter(str(out_dir / "tb"))
+    # On resume, drop logs past the checkpoint: those iterations are replayed.
+    writer = SummaryWriter(str(out_dir / "tb"), purge_step=start + 1 if start else None)
+    metrics_path = out_dir / "metrics.jsonl"
+    if metrics_path.exists():
+        kept = [
+            ln
+            for ln in metrics_path.read_text().splitlines()
+            if ln and json.loads(ln)["iteration"] <= start
+        ]
+        metrics_path.write_text("".join(k + "\n" for k in kept))
     metrics: dict[str, float] = {}
-    bar = tqdm(range(tc.steps), desc="train", disable=not tc.progress, dynamic_ncols=True)
+    bar = tqdm(
+        range(start, tc.steps),
+        desc="train",
+        disable=not tc.progress,
+        dynamic_ncols=True,
+        initial=start,
+        total=tc.steps,
+    )
     for it in bar:
         t0 = time.perf_counter()
-        seeds = rng.integers(0, 2**31 - 1, size=rc.n_tasks)
+        seeds = rng.integers(0, EVAL_SEED_BASE - 1, size=rc.n_tasks)
         groups = collect(envs, seeds, backend, tokenizer, rc, sampling)
         t1 = time.perf_counter()
         batch = StepBatch.from_groups(groups)
@@ -173,24 +320,35 @@ def train(cfg: RunConfig, out_dir: str | Path) -> dict[str, float]:
         t3 = time.perf_counter()
         gen_tokens = sum(len(s.response_ids) for s in steps)
         metrics = {
-            **env_metrics(batch, groups),
+            **env_metrics(batch),
+            **per_type_success(groups, "env"),
             **adv.metrics,
             **learn,
             "perf/rollout_s": t1 - t0,
             "perf/credit_s": t2 - t1,
             "perf/learn_s": t3 - t2,
             "perf/gen_tokens_per_s": gen_tokens / max(t1 - t0, 1e-9),
+            "perf/iteration_s": t3 - t0,
         }
+        last = it + 1 == tc.steps
+        if evaluator is not None and ((it + 1) % tc.eval_every == 0 or last):
+            eval_metrics, eval_groups = evaluator.run()
+            metrics.update(eval_metrics)
+            for k in range(min(tc.eval_samples, len(eval_groups))):
+                writer.add_text(f"eval/sample_{k}", format_trajectory(eval_groups[k]), it + 1)
         for k, v in metrics.items():
             writer.add_scalar(k, v, it + 1)
+        with metrics_path.open("a") as fh:
+            fh.write(json.dumps({"iteration": it + 1, **metrics}) + "\n")
         bar.set_postfix(
             success=f"{metrics['env/success']:.2f}",
             ret=f"{metrics['env/return']:.2f}",
             invalid=f"{metrics['env/invalid_rate']:.2f}",
         )
+        extra = f"  eval success {metrics['eval/success']:.3f}" if "eval/success" in metrics else ""
         log.info(
             "iter %d/%d  success %.3f  return %.3f  length %.1f  invalid %.3f  "
-            "pg %.4f  (rollout %.1fs, learn %.1fs)",
+            "pg %.4f  (rollout %.1fs, learn %.1fs)%s",
             it + 1,
             tc.steps,
             metrics["env/success"],
@@ -200,11 +358,10 @@ def train(cfg: RunConfig, out_dir: str | Path) -> dict[str, float]:
             metrics.get("loss/pg", float("nan")),
             t1 - t0,
             t3 - t2,
+            extra,
         )
-        last = it + 1 == tc.steps
         if last or (tc.save_every and (it + 1) % tc.save_every == 0):
-            path = save_checkpoint(model, tokenizer, cfg, out_dir, it + 1)
-            if last:
-                log.info("saved checkpoint %s", path)
+            path = save_checkpoint(model, tokenizer, learner, cfg, out_dir, it + 1, rng)
+            log.info("saved checkpoint %s", path)
     writer.close()
     return metrics

@@ -18,8 +18,16 @@ class TrainerConfig:
     """Seeds the model initialisation, sampling, task draws and mini-batch order."""
     out_dir: str = ""
     """Where logs and checkpoints go; empty = Hydra's run directory under runs/."""
-    save_every: int = 0
+    save_every: int = 5
     """Save a checkpoint every N iterations (0 = only at the end); the last one is always saved."""
+    resume: bool = False
+    """Continue from ``<out_dir>/checkpoints/latest`` (model, optimizer, RNG states, iteration)."""
+    eval_every: int = 10
+    """Evaluate on held-out seeds every N iterations and at the end (0 = never)."""
+    eval_episodes: int = 32
+    """Episodes per evaluation (one per held-out seed)."""
+    eval_samples: int = 2
+    """Evaluation trajectories written to TensorBoard as text."""
     save_initial: bool = False
     """Also save the untrained model as ``iter-000000`` (a baseline for comparisons)."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -34,6 +42,8 @@ class TrainerConfig:
     def __post_init__(self) -> None:
         check(self.steps >= 1, "trainer.steps", self.steps, ">= 1")
         check(self.save_every >= 0, "trainer.save_every", self.save_every, ">= 0")
+        check(self.eval_every >= 0, "trainer.eval_every", self.eval_every, ">= 0")
+        check(self.eval_episodes >= 1, "trainer.eval_episodes", self.eval_episodes, ">= 1")
         check(self.num_threads >= 0, "trainer.num_threads", self.num_threads, ">= 0")
         check(
             self.tokenizer_episodes >= 1,

@@ -106,14 +106,16 @@ def test_collect_with_tiny_model_records_token_logprobs():
 
 
 def test_checkpoint_dir_loads_as_model_name_or_path(tmp_path):
-    tok = build_tokenizer(["up down left right"] * 10, 300)
-    model = build_tiny_model(ModelConfig(arch="llama", hidden_size=32, intermediate_size=64), tok)
+    tok = build_tokenizer(["up down left right 12 345"] * 10, 300)
+    model = build_tiny_model(ModelConfig(hidden_size=32, intermediate_size=64), tok)
     model.save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
     loaded, tok2 = load_pretrained(ModelConfig(name_or_path=str(tmp_path)))
     assert type(loaded).__name__ == "LlamaForCausalLM"
-    assert (
-        tok2.padding_side == "left" and tok2("up down")["input_ids"] == tok("up down")["input_ids"]
-    )
+    # AutoTokenizer must give back the very same tokenizer (qwen2 checkpoints would not: see
+    # ModelConfig.arch), or a resumed run and vLLM would tokenize differently.
+    text = "<|user|>\nup 12 down 345 √ x"
+    assert tok2.padding_side == "left" and len(tok2) == len(tok)
+    assert tok2(text)["input_ids"] == tok(text)["input_ids"]
     for a, b in zip(model.parameters(), loaded.parameters()):
         assert torch.equal(a, b)

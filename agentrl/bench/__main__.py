@@ -13,6 +13,7 @@ import sys
 
 COMMANDS: dict[str, str] = {
     "env-speed": "agentrl.bench.env_speed:run",
+    "credit": "agentrl.bench.credit:run",
 }
 
 

@@ -1,0 +1,554 @@
+"""Credit-estimator benchmark: per-step credit against exact advantages, and compute time.
+
+Every registered estimator (:func:`agentrl.credit.list_estimators`, default config) runs on
+batches sampled from random finite MDPs (:mod:`agentrl.synthetic`), where the behaviour values
+are known exactly. Quality: for group sizes G ∈ {4, 8, 16} and several random MDPs, the Pearson
+and Spearman correlations and the MSE between each estimator's per-step advantage and the true
+advantage Q^μ(s_t, a_t) − V^μ(s_t) at β = 0.98 (CRBC's default). Estimators scale their output
+differently (z-scores, mixing weights), so the MSE is also reported after the best least-squares
+scale c* = ⟨A, A*⟩/⟨A, A⟩ (no intercept, so a bias still counts), relative to mean(A*²).
+Speed: the median time per batch at about 6.4k, 100k and 1M steps; the trajectory graph is
+built once per batch and timed on its own, as the trainer shares it. Estimators that rescore
+responses (``needs_scorer``) get :class:`~agentrl.synthetic.SyntheticScorer` (an oracle Bayes
+hindsight model that parses the texts); their times include that scoring and are reported
+apart, since real scoring is two forward passes of the policy.
+
+Writes ``<out_dir>/credit.md`` and ``<out_dir>/credit.png``. Reproduce with
+``python -m agentrl.bench credit`` (``--quick`` for a smoke run).
+"""
+
+from __future__ import annotations
+
+import datetime
+import inspect
+import os
+import platform
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agentrl.bench.env_speed import _cpu_name, _version
+from agentrl.credit import compute_advantages, estimator_config, get_estimator, list_estimators
+from agentrl.graph import build_graph
+from agentrl.synthetic import (
+    SyntheticScorer,
+    expected_length,
+    random_mdp,
+    sample_groups,
+    truncation_probability,
+)
+
+BETA = 0.98
+GROUP_SIZES: tuple[int, ...] = (4, 8, 16)
+SIZES: tuple[int, ...] = (6_400, 100_000, 1_000_000)
+METRICS: tuple[str, ...] = ("pearson", "spearman", "mse", "mse_scaled", "rel_mse_scaled")
+TIME_GROUP_SIZE = 8  # rollouts per group in the timing batches
+SLOW_S = 20.0  # an estimator slower than this at one size is not timed at larger sizes
+
+
+class _TimedScorer:
+    """Wraps a scorer and adds up the time spent in ``score``."""
+
+    def __init__(self, scorer: Any):
+        self.scorer = scorer
+        self.seconds = 0.0
+
+    def score(self, contexts: Sequence[str], responses: Sequence[str]) -> np.ndarray:
+        t0 = time.perf_counter()
+        try:
+            return self.scorer.score(contexts, responses)
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+
+def credit_metrics(pred: np.ndarray, truth: np.ndarray) -> dict[str, float]:
+    """Agreement of a per-step credit ``pred`` (N,) with the true advantage ``truth`` (N,).
+
+    Returns Pearson r and Spearman ρ (NaN when either side is constant), the raw MSE, the MSE
+    after the best scale c* = ⟨pred, truth⟩/⟨pred, pred⟩ (0 for an all-zero ``pred``) and that
+    scaled MSE divided by mean(truth²) (1 means no better than predicting 0).
+    """
+
+    def corr(x: np.ndarray, y: np.ndarray) -> float:
+        x, y = x - x.mean(), y - y.mean()
+        den = np.sqrt((x @ x) * (y @ y))
+        return float(x @ y / den) if den > 1e-12 * len(x) else float("nan")
+
+    pp = float(pred @ pred)
+    scale = float(pred @ truth) / pp if pp > 0 else 0.0
+    mse_scaled = float(np.mean((scale * pred - truth) ** 2))
+    energy = float(np.mean(truth**2))
+    return {
+        "pearson": corr(pred, truth),
+        "spearman": corr(_ranks(pred), _ranks(truth)),
+        "mse": float(np.mean((pred - truth) ** 2)),
+        "mse_scaled": mse_scaled,
+        "rel_mse_scaled": mse_scaled / energy if energy > 0 else float("nan"),
+    }
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    """(L,) average ranks (ties share the mean of their positions), as Spearman's ρ needs;
+    written out because importing ``scipy.stats`` alone takes seconds."""
+    _, inverse, count = np.unique(x, return_inverse=True, return_counts=True)
+    last = np.cumsum(count)
+    return (last - (count - 1) / 2.0)[inverse.reshape(-1)]
+
+
+@dataclass
+class Quality:
+    """Per estimator and group size, one row of :data:`METRICS` per MDP; plus batch facts."""
+
+    scores: dict[str, dict[int, list[list[float]]]] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    data: dict[int, list[list[float]]] = field(default_factory=dict)
+    """Per G, per MDP: steps, success rate, non-singleton fraction, truncated fraction."""
+    per_step: dict[str, bool] = field(default_factory=dict)
+    """Whether an estimator ever gave two steps of one trajectory different credit."""
+
+    def array(self, name: str, g: int) -> np.ndarray:
+        """(n_mdps, len(METRICS)) float64."""
+        return np.asarray(self.scores.get(name, {}).get(g, []), dtype=np.float64).reshape(
+            -1, len(METRICS)
+        )
+
+
+@dataclass
+class Timing:
+    """Median seconds per batch size; ``None`` where skipped."""
+
+    sizes: list[int] = field(default_factory=list)
+    groups: list[int] = field(default_factory=list)
+    sample_s: list[float] = field(default_factory=list)
+    graph_s: list[float] = field(default_factory=list)
+    est_s: dict[str, list[float | None]] = field(default_factory=dict)
+    scoring_s: dict[str, list[float | None]] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+def _run_one(name: str, batch, graph, scorer) -> np.ndarray:
+    spec = get_estimator(name)
+    return compute_advantages(
+        name,
+        batch,
+        estimator_config(name),
+        graph=graph if spec.needs_graph else None,
+        scorer=scorer if spec.needs_scorer else None,
+    ).step
+
+
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+
+
+def measure_quality(
+    names: Sequence[str],
+    n_mdps: int,
+    n_groups: int,
+    group_sizes: Sequence[int],
+    log: Callable[[str], Any],
+) -> Quality:
+    """Run every estimator on ``n_mdps`` random MDPs (seeds 0..) × ``group_sizes``."""
+    q = Quality(scores={n: {g: [] for g in group_sizes} for n in names})
+    q.data = {g: [] for g in group_sizes}
+    for seed in range(n_mdps):
+        mdp = random_mdp(np.random.default_rng(seed))
+        scorer = SyntheticScorer(mdp)
+        for g in group_sizes:
+            rng = np.random.default_rng([seed, g])
+            batch, truth = sample_groups(mdp, rng, n_groups, g, beta=BETA, with_texts=True)
+            counts = np.bincount(batch.step_anchor)
+            q.data[g].append(
+                [
+                    batch.n_steps,
+                    float(batch.traj_won.mean()),
+                    float((counts[batch.step_anchor] > 1).mean()),
+                    float(batch.step_truncated.sum() / batch.n_trajs),
+                ]
+            )
+            graph = build_graph(batch)
+            for name in names:
+                if name in q.errors:
+                    continue
+                try:
+                    pred = _run_one(name, batch, graph, scorer)
+                except Exception as exc:  # one broken estimator must not stop the others
+                    q.errors[name] = _error(exc)
+                    log(f"[credit] {name} failed: {traceback.format_exc()}")
+                    continue
+                # Trajectory-level estimators give all steps of a rollout one value; say so.
+                first = np.zeros(batch.n_trajs)
+                first[batch.step_traj] = pred
+                varies = bool(np.any(np.abs(pred - first[batch.step_traj]) > 1e-12))
+                q.per_step[name] = q.per_step.get(name, False) or varies
+                m = credit_metrics(pred, truth)
+                q.scores[name][g].append([m[k] for k in METRICS])
+        if (seed + 1) % 10 == 0 or seed + 1 == n_mdps:
+            log(f"[credit] quality: MDP {seed + 1}/{n_mdps} done")
+    return q
+
+
+def _median_time(fn: Callable[[], Any], repeats: int, limit_s: float) -> tuple[float, int]:
+    """Median wall time of ``fn`` over ``repeats`` calls (fewer once one call exceeds
+    ``limit_s``), and the number of calls made."""
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+        if times[-1] > limit_s:
+            break
+    return float(np.median(times)), len(times)
+
+
+def measure_speed(
+    names: Sequence[str],
+    sizes: Sequence[int],
+    repeats: Sequence[int],
+    log: Callable[[str], Any],
+) -> Timing:
+    """Median time per batch of about ``sizes[k]`` steps (``repeats[k]`` calls each)."""
+    mdp = random_mdp(np.random.default_rng(12345))
+    per_group = TIME_GROUP_SIZE * expected_length(mdp)
+    scorer = _TimedScorer(SyntheticScorer(mdp))
+    out = Timing(est_s={n: [] for n in names}, scoring_s={n: [] for n in names})
+    too_slow: set[str] = set()
+    for size, reps in zip(sizes, repeats):
+        n_groups = max(1, round(size / per_group))
+        t0 = time.perf_counter()
+        batch, _ = sample_groups(
+            mdp, np.random.default_rng(size), n_groups, TIME_GROUP_SIZE, beta=BETA, with_texts=True
+        )
+        out.sample_s.append(time.perf_counter() - t0)
+        out.sizes.append(batch.n_steps)
+        out.groups.append(n_groups)
+        graph = build_graph(batch)
+        out.graph_s.append(_median_time(lambda b=batch: build_graph(b), reps, SLOW_S)[0])
+        log(f"[credit] speed: {batch.n_steps:,} steps, graph {out.graph_s[-1]:.3f} s")
+        for name in names:
+            if name in too_slow or name in out.errors:
+                out.est_s[name].append(None)
+                out.scoring_s[name].append(None)
+                continue
+            scorer.seconds = 0.0
+            try:
+                t, calls = _median_time(
+                    lambda n=name, b=batch, g=graph: _run_one(n, b, g, scorer), reps, SLOW_S
+                )
+            except Exception as exc:
+                out.errors[name] = _error(exc)
+                log(f"[credit] {name} failed: {traceback.format_exc()}")
+                out.est_s[name].append(None)
+                out.scoring_s[name].append(None)
+                continue
+            out.est_s[name].append(t)
+            needs = get_estimator(name).needs_scorer
+            out.scoring_s[name].append(scorer.seconds / calls if needs else None)
+            if t > SLOW_S:
+                too_slow.add(name)
+            log(f"  {name}: {t:.4f} s")
+    return out
+
+
+def _fmt_stat(values: np.ndarray, digits: int = 2) -> str:
+    """``mean ± sd`` over MDPs, ignoring NaN; 'n/a' when all are NaN (constant output)."""
+    ok = values[np.isfinite(values)]
+    if ok.size == 0:
+        return "n/a"
+    sd = f" ± {ok.std(ddof=1):.{digits}f}" if ok.size > 1 else ""
+    nan = f" ({values.size - ok.size} n/a)" if ok.size < values.size else ""
+    return f"{ok.mean():.{digits}f}{sd}{nan}"
+
+
+def _fmt_s(t: float | None) -> str:
+    if t is None:
+        return "-"
+    return f"{t * 1e3:.1f} ms" if t < 1 else f"{t:.2f} s"
+
+
+def _quality_table(q: Quality, names: Sequence[str], sizes: Sequence[int], metric: str) -> str:
+    k = METRICS.index(metric)
+    digits = 4 if metric in ("mse", "mse_scaled") else 2
+    lines = [
+        "| estimator | " + " | ".join(f"G = {g}" for g in sizes) + " |",
+        "|---|" + "---:|" * len(sizes),
+    ]
+    for name in names:
+        if name in q.errors:
+            cells = [f"error: {q.errors[name]}"] + [""] * (len(sizes) - 1)
+        else:
+            cells = [_fmt_stat(q.array(name, g)[:, k], digits) for g in sizes]
+        lines.append(f"| {name}{_flags(name, q)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _flags(name: str, q: Quality) -> str:
+    """Marks after an estimator's name: rescoring, and trajectory-level credit."""
+    marks = []
+    if get_estimator(name).needs_scorer:
+        marks.append("scorer")
+    if name in q.per_step and not q.per_step[name]:
+        marks.append("traj")
+    return f" ({', '.join(marks)})" if marks else ""
+
+
+def _speed_table(t: Timing, names: Sequence[str], scored: bool) -> str:
+    head = " | ".join(f"{n:,} steps" for n in t.sizes)
+    big = bool(t.sizes) and t.sizes[-1] >= 500_000
+    lines = [
+        f"| estimator | {head} |" + (" 1M under 2 s? |" if big else ""),
+        "|---|" + "---:|" * len(t.sizes) + ("---|" if big else ""),
+    ]
+    if not scored:
+        lines.append(
+            "| *graph build (shared, once per batch)* | "
+            + " | ".join(_fmt_s(x) for x in t.graph_s)
+            + " |"
+            + (f" {'yes' if t.graph_s[-1] < 2 else 'no'} |" if big else "")
+        )
+    for name in names:
+        if get_estimator(name).needs_scorer != scored:
+            continue
+        if name in t.errors and all(x is None for x in t.est_s[name]):
+            lines.append(f"| {name} | error: {t.errors[name]} |")
+            continue
+        cells = []
+        for est, sc in zip(t.est_s[name], t.scoring_s[name]):
+            cell = _fmt_s(est)
+            if sc is not None:
+                cell += f" (scoring {_fmt_s(sc)})"
+            cells.append(cell)
+        row = f"| {name} | " + " | ".join(cells) + " |"
+        if big:
+            est = t.est_s[name][-1]
+            if est is None:
+                row += " skipped (too slow at a smaller size) |"
+            else:
+                spec = get_estimator(name)
+                own = est - (t.scoring_s[name][-1] or 0.0)  # the synthetic scoring left out
+                notes = []
+                if spec.needs_scorer:
+                    notes.append(f"{_fmt_s(own)} without scoring")
+                if spec.needs_graph:
+                    total = own + t.graph_s[-1]
+                    notes.append(f"with graph {_fmt_s(total)}: {'yes' if total < 2 else 'no'}")
+                row += f" {'yes' if own < 2 else 'no'}"
+                row += f" ({'; '.join(notes)}) |" if notes else " |"
+        lines.append(row)
+    return "\n".join(lines)
+
+
+def _plot(
+    path: Path, q: Quality, t: Timing, names: Sequence[str], group_sizes: Sequence[int]
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
+    k = METRICS.index("pearson")
+    for name in names:
+        if name in q.errors:
+            continue
+        means, errs = [], []
+        for g in group_sizes:
+            v = q.array(name, g)[:, k]
+            v = v[np.isfinite(v)]
+            means.append(v.mean() if v.size else np.nan)
+            errs.append(v.std(ddof=1) / np.sqrt(v.size) if v.size > 1 else 0.0)
+        ax1.errorbar(group_sizes, means, yerr=errs, marker="o", capsize=3, label=name)
+    ax1.set_xscale("log", base=2)
+    ax1.set_xticks(list(group_sizes), [str(g) for g in group_sizes])
+    ax1.set_xlabel("group size G")
+    ax1.set_ylabel("Pearson r with Q^μ − V^μ (β = 0.98)")
+    ax1.set_title("credit quality (mean ± s.e. over MDPs)")
+    ax1.grid(alpha=0.3)
+    ax1.legend(fontsize=7)
+
+    ax2.plot(t.sizes, t.graph_s, "k--", marker="s", label="graph build (shared)")
+    for name in names:
+        ys = t.est_s.get(name, [])
+        pts = [(n, y) for n, y in zip(t.sizes, ys) if y is not None]
+        if not pts:
+            continue
+        scored = get_estimator(name).needs_scorer
+        ax2.plot(
+            *zip(*pts),
+            marker="o",
+            linestyle=":" if scored else "-",
+            label=name + (" (incl. scoring)" if scored else ""),
+        )
+    ax2.axhline(2.0, color="grey", linewidth=0.8)
+    ax2.set_xscale("log")
+    ax2.set_yscale("log")
+    ax2.set_xlabel("steps per batch")
+    ax2.set_ylabel("seconds per batch (median)")
+    ax2.set_title("compute time")
+    ax2.grid(alpha=0.3, which="both")
+    ax2.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run(
+    out_dir: str | os.PathLike = "results",
+    quick: bool = False,
+    log: Callable[[str], Any] = print,
+    n_mdps: int = 100,
+    n_groups: int = 16,
+) -> tuple[Quality, Timing]:
+    """Run the benchmark and write ``<out_dir>/credit.md`` and ``<out_dir>/credit.png``.
+
+    Args:
+        out_dir: folder of the report.
+        quick: a smoke run (2 MDPs of 4 groups; timing at about 1k and 3k steps, once each).
+        log: where progress lines go.
+        n_mdps: random MDPs (seeds 0..n_mdps − 1) per group size for the quality tables.
+        n_groups: groups per quality batch (16, CRBC's ALFWorld setting).
+
+    Returns:
+        The raw :class:`Quality` and :class:`Timing` measurements.
+    """
+    sizes: Sequence[int] = SIZES
+    repeats: Sequence[int] = (7, 5, 3)
+    if quick:
+        n_mdps, n_groups, sizes, repeats = 2, 4, (1_000, 3_000), (1, 1)
+    names = list_estimators()
+    log(f"[credit] estimators: {', '.join(names)}")
+    # Timings on a shared machine are noisy; the load at the start says how busy it was.
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    t_start = time.perf_counter()
+    q = measure_quality(names, n_mdps, n_groups, GROUP_SIZES, log)
+    t_quality = time.perf_counter() - t_start
+    t = measure_speed(names, sizes, repeats, log)
+    t_total = time.perf_counter() - t_start
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    _plot(out / "credit.png", q, t, names, GROUP_SIZES)
+    probe = [random_mdp(np.random.default_rng(s)) for s in range(n_mdps)]
+    trunc = max(truncation_probability(m) for m in probe)
+    horizons = [m.horizon for m in probe]
+    data_rows = []
+    for g in GROUP_SIZES:
+        d = np.asarray(q.data[g], dtype=np.float64)
+        data_rows.append(
+            f"| {g} | {d[:, 0].mean():,.0f} | {d[:, 1].mean():.2f} "
+            f"[{d[:, 1].min():.2f}, {d[:, 1].max():.2f}] | {d[:, 2].mean():.2f} "
+            f"| {d[:, 3].mean():.4f} |"
+        )
+    scored = [n for n in names if get_estimator(n).needs_scorer]
+    mdp_args = {
+        k: p.default for k, p in inspect.signature(random_mdp).parameters.items() if k != "rng"
+    }
+    versions = ", ".join(f"{d} {_version(d)}" for d in ("agentrl", "numpy", "scipy"))
+    lines = [
+        "# Credit estimators on synthetic MDPs",
+        "",
+        f"Machine: {os.cpu_count()} CPU cores ({_cpu_name()}), no GPU; "
+        f"Python {platform.python_version()}; load average {load:.1f} at the start. "
+        f"Date: {datetime.date.today().isoformat()}.  ",
+        f"Versions: {versions}.  ",
+        "Reproduce: `python -m agentrl.bench credit`"
+        + (" (this was a `--quick` smoke run)." if quick else ".")
+        + f" Run time: {t_total:.0f} s ({t_quality:.0f} s quality, rest speed).",
+        "",
+        f"Estimators (every registered one, default config): {', '.join(names)}.",
+        "",
+        "## Setup",
+        "",
+        f"- Batches come from random MDPs (`agentrl.synthetic.random_mdp` defaults: "
+        f"{mdp_args['n_states']} states, {mdp_args['n_actions']} actions, up to "
+        f"{mdp_args['branching']} successors per (s, a), back edges and self loops, absorbing "
+        f"success/failure, success probability under μ in {mdp_args['success_range']} from "
+        f"every start state). Quality: {n_mdps} MDPs (seeds 0-{n_mdps - 1}), each sampled at "
+        f"every G with {n_groups} groups of G rollouts; each group starts from its own start "
+        f"state and its anchors are interned per group. Binary reward at the last step.",
+        f"- Truth: Q^μ(s_t, a_t) − V^μ(s_t) of the known behaviour policy μ at a fixed "
+        f"β = {BETA} (CRBC's default), solved exactly (infinite horizon). Horizons T_max "
+        f"({min(horizons)}-{max(horizons)}) are chosen per MDP so that the truncation probability "
+        f"is ≤ 1e-4 (largest here {trunc:.1e}); truncation counts as failure.",
+        "- Per batch: Pearson r and Spearman ρ between each estimator's per-step advantage A "
+        "and the truth A*, the raw MSE, and the MSE after the best least-squares scale "
+        "c* = ⟨A, A*⟩/⟨A, A⟩ (estimators scale differently — z-scores, mixing weights — so the "
+        "raw MSE mostly measures scale; no intercept is fitted, so a bias still counts), also "
+        "relative to mean(A*²) (1 = no better than predicting 0). Tables give mean ± sd over "
+        "MDPs. Estimators marked *(traj)* gave every step of a rollout the same credit on "
+        "every batch (trajectory-level baselines).",
+    ]
+    if scored:
+        lines.append(
+            f"- Estimators that rescore responses ({', '.join(scored)}, marked *(scorer)*) get "
+            "`SyntheticScorer`, an oracle Bayes hindsight model of the MDP "
+            "(log μ(a|s, outcome), no noise), so their rows are a best case for rescoring with "
+            "a real policy."
+        )
+    lines += [
+        "",
+        "Batches (mean over MDPs): steps per batch, success rate [min, max over batches; "
+        "sampling spreads it beyond the MDPs' range], fraction of steps whose anchor is "
+        "visited more than once in its group, truncations per rollout.",
+        "",
+        "| G | steps | success rate | non-singleton | truncated |",
+        "|---:|---:|---:|---:|---:|",
+        *data_rows,
+        "",
+        "## Pearson r with the true advantage",
+        "",
+        _quality_table(q, names, GROUP_SIZES, "pearson"),
+        "",
+        "## Spearman ρ with the true advantage",
+        "",
+        _quality_table(q, names, GROUP_SIZES, "spearman"),
+        "",
+        "## Relative MSE after the best scale fit (1 = predicting 0)",
+        "",
+        _quality_table(q, names, GROUP_SIZES, "rel_mse_scaled"),
+        "",
+        "## MSE after the best scale fit",
+        "",
+        _quality_table(q, names, GROUP_SIZES, "mse_scaled"),
+        "",
+        "## Raw MSE (unscaled)",
+        "",
+        _quality_table(q, names, GROUP_SIZES, "mse"),
+        "",
+        "## Compute time per batch",
+        "",
+        f"Median over {', '.join(map(str, repeats))} calls at the sizes (one MDP, G = "
+        f"{TIME_GROUP_SIZE}, {', '.join(f'{g:,}' for g in t.groups)} groups); time inside the "
+        f"estimator via `compute_advantages` (its `credit/solve_time_s`), with the prebuilt "
+        f"graph passed in. The graph is built once per batch and shared by every estimator "
+        f"that needs it, so it has its own row; the last column says whether the estimator "
+        f"alone takes under 2 s at 1M steps (without the synthetic scoring for rescoring "
+        f"estimators) and, for graph users, whether graph + estimator does. "
+        f"An estimator taking over {SLOW_S:.0f} s at one size is not timed at larger ones. "
+        f"Sampling the batches (not part of training) took "
+        f"{', '.join(_fmt_s(x) for x in t.sample_s)}.",
+        "",
+        _speed_table(t, names, scored=False),
+    ]
+    if scored:
+        lines += [
+            "",
+            "Estimators that rescore responses: times include the synthetic scoring (string "
+            "parsing and table look-ups, shown in brackets); with a real policy, scoring is two "
+            "teacher-forced forward passes over every step and dominates.",
+            "",
+            _speed_table(t, names, scored=True),
+        ]
+    errors = {**q.errors, **{k: v for k, v in t.errors.items() if k not in q.errors}}
+    if errors:
+        lines += ["", "## Errors", ""] + [f"- {k}: {v}" for k, v in errors.items()]
+    lines += ["", "![credit](credit.png)", ""]
+    path = out / "credit.md"
+    path.write_text("\n".join(lines))
+    log(f"[credit] wrote {path} and {out / 'credit.png'} in {t_total:.0f} s")
+    return q, t
