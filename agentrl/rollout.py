@@ -30,8 +30,12 @@ from agentrl.prompting import ActionFormat, build_prompt, project_action
 class RolloutConfig:
     """How episodes are rolled out and sampled."""
 
-    backend: Literal["hf"] = "hf"
-    """Generation backend (``hf``: transformers generate)."""
+    backend: Literal["hf", "vllm"] = "hf"
+    """Generation backend: ``hf`` (transformers generate, CPU/GPU) or ``vllm`` (GPU, extra)."""
+    vllm_gpu_memory_utilization: float = 0.4
+    """Share of GPU memory the colocated vLLM engine may take."""
+    vllm_max_model_len: int = 4096
+    """Longest prompt + response the vLLM engine accepts."""
     n_tasks: int = 8
     """B: tasks (groups) per iteration."""
     group_size: int = 8
@@ -64,6 +68,12 @@ class RolloutConfig:
         check(0 < self.top_p <= 1, "rollout.top_p", self.top_p, "in (0, 1]")
         check(self.top_k >= 0, "rollout.top_k", self.top_k, ">= 0")
         check(self.max_batch_size >= 1, "rollout.max_batch_size", self.max_batch_size, ">= 1")
+        check(
+            0 < self.vllm_gpu_memory_utilization < 1,
+            "rollout.vllm_gpu_memory_utilization",
+            self.vllm_gpu_memory_utilization,
+            "in (0, 1)",
+        )
 
 
 @dataclass(frozen=True)
@@ -91,6 +101,9 @@ class Backend(Protocol):
 
     def generate(self, prompts: Sequence[list[int]], sampling: Sampling) -> list[Generation]: ...
 
+    def sync(self, model) -> None:
+        """Make the next generations use ``model``'s current weights."""
+
 
 class HFBackend:
     """Generation with transformers ``generate`` (KV cache, left padding), CPU or GPU."""
@@ -99,6 +112,9 @@ class HFBackend:
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
+
+    def sync(self, model) -> None:
+        """Nothing to do: generation runs on the training model itself."""
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[list[int]], sampling: Sampling) -> list[Generation]:

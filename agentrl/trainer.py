@@ -20,6 +20,7 @@ import json
 import logging
 import time
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -212,6 +213,28 @@ class Evaluator:
         return {**env_metrics(batch, "eval"), **per_type_success(groups, "eval")}, groups
 
 
+def make_backend(cfg: RunConfig, model, tokenizer, out_dir: Path):
+    """The configured rollout backend; vLLM starts from the current weights saved to disk."""
+    rc = cfg.rollout
+    if rc.backend == "hf":
+        return HFBackend(model, tokenizer, rc.max_batch_size)
+    from agentrl.vllm_backend import VLLMBackend
+
+    init = out_dir / "vllm_init"
+    save_model(
+        model, tokenizer, init, replace(cfg.model, lora=replace(cfg.model.lora, save="merged"))
+    )
+    dtype = "auto" if cfg.model.dtype == "auto" else cfg.model.dtype
+    return VLLMBackend(
+        str(init),
+        tokenizer,
+        dtype=dtype,
+        gpu_memory_utilization=rc.vllm_gpu_memory_utilization,
+        max_model_len=rc.vllm_max_model_len,
+        seed=cfg.trainer.seed,
+    )
+
+
 def train(cfg: RunConfig, out_dir: str | Path) -> dict[str, float]:
     """Train the policy described by ``cfg``; return the last iteration's metrics."""
     from torch.utils.tensorboard import SummaryWriter
@@ -233,7 +256,7 @@ def train(cfg: RunConfig, out_dir: str | Path) -> dict[str, float]:
     envs = [make(cfg.env_name, **cfg.env_kwargs) for _ in range(rc.n_tasks * rc.group_size)]
     model, tokenizer = _build_model(cfg, envs, rng, resume_from)
     model.to(device)
-    backend = HFBackend(model, tokenizer, rc.max_batch_size)
+    backend = make_backend(cfg, model, tokenizer, out_dir)
     learner = Learner(
         model,
         cfg.learner,
@@ -317,6 +340,7 @@ def train(cfg: RunConfig, out_dir: str | Path) -> dict[str, float]:
             for s, a, g in zip(steps, adv.step, batch.step_group)
         ]
         learn = learner.update(samples, rng)
+        backend.sync(model)
         t3 = time.perf_counter()
         gen_tokens = sum(len(s.response_ids) for s in steps)
         metrics = {
