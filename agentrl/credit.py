@@ -63,6 +63,9 @@ class EstimatorSpec:
     config_cls: type
     needs_graph: bool
     needs_scorer: bool = False
+    learner_hints: tuple[tuple[str, Any], ...] = ()
+    """Learner settings the method is designed for (``learner.<key>=<value>``); the trainer
+    warns when the run's learner config differs, benchmarks apply them."""
 
 
 _ESTIMATORS: dict[str, EstimatorSpec] = {}
@@ -74,14 +77,19 @@ class NoConfig:
 
 
 def register_estimator(
-    name: str, config: type = NoConfig, needs_graph: bool = False, needs_scorer: bool = False
+    name: str,
+    config: type = NoConfig,
+    needs_graph: bool = False,
+    needs_scorer: bool = False,
+    learner_hints: Mapping[str, Any] | None = None,
 ) -> Callable[[Estimator], Estimator]:
     """Decorator registering an estimator under ``name`` with its config dataclass."""
 
     def deco(fn: Estimator) -> Estimator:
         if name in _ESTIMATORS:
             raise ValueError(f"estimator {name!r} is already registered")
-        _ESTIMATORS[name] = EstimatorSpec(name, fn, config, needs_graph, needs_scorer)
+        hints = tuple(sorted((learner_hints or {}).items()))
+        _ESTIMATORS[name] = EstimatorSpec(name, fn, config, needs_graph, needs_scorer, hints)
         return fn
 
     return deco
@@ -89,6 +97,9 @@ def register_estimator(
 
 def _ensure_builtin() -> None:
     import agentrl.algos  # noqa: F401 - registers the bundled estimators
+    from agentrl.registry import load_plugins
+
+    load_plugins("agentrl.algos")
 
 
 def list_estimators() -> list[str]:

@@ -54,8 +54,30 @@ def register_env(
     return spec
 
 
+def load_plugins(group: str) -> None:
+    """Import every module advertised under the entry-point ``group`` (once per process).
+
+    Third-party packages register environments (group ``agentrl.envs``) or estimators
+    (``agentrl.algos``) by naming a module in their ``[project.entry-points]``; importing the
+    module runs its ``register_env``/``register_estimator`` calls, so ``env=<name>`` works on
+    the command line without changes to agentrl.
+    """
+    if group in _LOADED_GROUPS:
+        return
+    _LOADED_GROUPS.add(group)
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=group):
+        ep.load()
+
+
+_LOADED_GROUPS: set[str] = set()
+
+
 def _ensure_builtin_envs() -> None:
     import agentrl.envs  # noqa: F401 - registers the bundled environments
+
+    load_plugins("agentrl.envs")
 
 
 def list_envs() -> list[str]:

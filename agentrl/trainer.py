@@ -283,6 +283,15 @@ def train(cfg: RunConfig, out_dir: str | Path) -> dict[str, float]:
         stop_strings=("</action>",) if rc.action_format == "tag" else (),
     )
     estimator = get_estimator(cfg.algo_name)
+    for key, value in estimator.learner_hints:
+        if getattr(cfg.learner, key) != value:
+            log.warning(
+                "algo=%s is designed for learner.%s=%r (this run: %r)",
+                cfg.algo_name,
+                key,
+                value,
+                getattr(cfg.learner, key),
+            )
     scorer = None
     if estimator.needs_scorer:
         from agentrl.scoring import PolicyScorer
@@ -315,6 +324,14 @@ def train(cfg: RunConfig, out_dir: str | Path) -> dict[str, float]:
             if ln and json.loads(ln)["iteration"] <= start
         ]
         metrics_path.write_text("".join(k + "\n" for k in kept))
+    if evaluator is not None and start == 0:
+        # The untrained policy's score: the baseline every later evaluation is compared with.
+        initial, _ = evaluator.run()
+        for k, v in initial.items():
+            writer.add_scalar(k, v, 0)
+        with metrics_path.open("a") as fh:
+            fh.write(json.dumps({"iteration": 0, **initial}) + "\n")
+        log.info("iter 0 (untrained)  eval success %.3f", initial["eval/success"])
     metrics: dict[str, float] = {}
     bar = tqdm(
         range(start, tc.steps),

@@ -121,7 +121,12 @@ def gagpo_advantage(
     return adv, gae, delta
 
 
-@register_estimator("gagpo", config=GAGPOConfig)
+@register_estimator(
+    "gagpo",
+    config=GAGPOConfig,
+    # The action-level (GSPO-style) ratio with GSPO's small clip range.
+    learner_hints={"ratio_level": "step", "clip_low": 3e-4, "clip_high": 4e-4},
+)
 def gagpo(batch: StepBatch, graph: object, cfg: GAGPOConfig) -> Advantages:
     """GAGPO group-normalised GAE over the grouped value proxy: (N,) float64."""
     adv, gae, delta = gagpo_advantage(

@@ -119,3 +119,18 @@ def test_checkpoint_dir_loads_as_model_name_or_path(tmp_path):
     assert tok2(text)["input_ids"] == tok(text)["input_ids"]
     for a, b in zip(model.parameters(), loaded.parameters()):
         assert torch.equal(a, b)
+
+
+def test_entry_point_plugins_register_environments(monkeypatch):
+    import importlib.metadata
+
+    from agentrl import registry
+
+    ep = importlib.metadata.EntryPoint(name="g", value="plugin_env", group="agentrl.envs")
+    monkeypatch.setattr(
+        importlib.metadata, "entry_points", lambda group: [ep] if group == "agentrl.envs" else []
+    )
+    monkeypatch.setattr(registry, "_LOADED_GROUPS", set())
+    assert "plugin-guess" in agentrl.list_envs()
+    obs, info = agentrl.make("plugin-guess").reset(seed=0)
+    assert info["task"] == "Find the secret number."

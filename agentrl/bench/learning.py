@@ -1,0 +1,203 @@
+"""Does training improve the agent? ``python -m agentrl.bench learning``.
+
+Trains the tiny model on small Sokoban with each credit estimator (GRPO, GiGPO, CRBC and every
+other registered one unless ``--algos`` narrows the list) on the same budget and the same seeds,
+each run in its own process via ``python -m agentrl.run``. Every run evaluates the untrained
+policy (iteration 0) and then every ``eval_every`` iterations on the same held-out seeds. The
+report compares the final evaluation success with the untrained one per estimator: mean over
+seeds with a 95% t-interval, and whether the intervals are disjoint. It writes
+``results/learning_sokoban.md`` and ``results/learning_sokoban.png`` (success vs environment
+steps).
+
+Estimators registered with ``learner_hints`` (e.g. GAGPO's step-level ratio) run with those
+learner settings; everything else is identical across estimators.
+
+Options (after the benchmark name): ``--algos grpo,gigpo,crbc``, ``--seeds 3``,
+``--iterations 40``, ``--jobs 1`` (runs in parallel; 1 on a 2-core machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+
+from agentrl.credit import get_estimator, list_estimators
+
+# The budget, identical for every estimator: 8 tasks x 8 rollouts per iteration on 6x6 Sokoban
+# with one box and 15 steps; prompts show the current grid only (no history) and responses are
+# at most 3 tokens (the tiny model answers with the bare move).
+BUDGET = [
+    "env=sokoban",
+    "model=tiny",
+    "rollout.n_tasks=8",
+    "rollout.group_size=8",
+    "rollout.history_length=0",
+    "rollout.max_new_tokens=3",
+    "rollout.eval_temperature=1.0",
+    "learner.lr=5e-3",
+    "learner.ppo_epochs=2",
+    "learner.mini_batch_steps=256",
+    "trainer.eval_episodes=64",
+    "trainer.save_every=0",
+    "trainer.progress=false",
+]
+
+
+def _t_interval(x: np.ndarray) -> tuple[float, float, float]:
+    """Mean and 95% t-interval of ``x`` (n ≥ 2)."""
+    from scipy import stats
+
+    m = float(np.mean(x))
+    if len(x) < 2:
+        return m, m, m
+    half = float(stats.t.ppf(0.975, len(x) - 1) * np.std(x, ddof=1) / np.sqrt(len(x)))
+    return m, m - half, m + half
+
+
+def _run_one(algo: str, seed: int, iterations: int, eval_every: int, out: Path) -> dict:
+    """Train one (estimator, seed) in a subprocess; return its metrics rows."""
+    hints = [f"learner.{k}={v}" for k, v in get_estimator(algo).learner_hints]
+    args = [
+        sys.executable,
+        "-m",
+        "agentrl.run",
+        *BUDGET,
+        f"algo={algo}",
+        f"trainer.seed={seed}",
+        f"trainer.steps={iterations}",
+        f"trainer.eval_every={eval_every}",
+        f"trainer.out_dir={out}",
+        f"hydra.run.dir={out}/hydra",
+        *hints,
+    ]
+    t0 = time.perf_counter()
+    proc = subprocess.run(args, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{algo} seed {seed} failed:\n{proc.stderr[-3000:]}")
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    return {
+        "algo": algo,
+        "seed": seed,
+        "rows": rows,
+        "wall_s": time.perf_counter() - t0,
+        "hints": hints,
+    }
+
+
+def _curve(rows: list[dict], batch: int) -> tuple[np.ndarray, np.ndarray]:
+    """(environment steps so far, eval success) at every evaluation, iteration 0 included."""
+    steps, xs, ys = 0.0, [], []
+    for r in rows:
+        if r["iteration"] > 0:
+            steps += r["env/length"] * batch
+        if "eval/success" in r:
+            xs.append(steps)
+            ys.append(r["eval/success"])
+    return np.array(xs), np.array(ys)
+
+
+def run(out_dir: str = "results", quick: bool = False, log=print, argv: list[str] | None = None):
+    parser = argparse.ArgumentParser(prog="python -m agentrl.bench learning")
+    parser.add_argument("--algos", default="", help="comma-separated (default: all registered)")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--iterations", type=int, default=40)
+    parser.add_argument("--eval-every", type=int, default=10)
+    parser.add_argument("--jobs", type=int, default=1)
+    opts = parser.parse_args(argv or [])
+    algos = [a for a in opts.algos.split(",") if a] or list_estimators()
+    seeds = list(range(opts.seeds))
+    iterations, eval_every = opts.iterations, opts.eval_every
+    if quick:
+        algos, seeds, iterations, eval_every = algos[:2], seeds[:2], 2, 1
+    out_dir = Path(out_dir)
+    work = out_dir / ".learning_runs"
+    jobs = [(a, s) for s in seeds for a in algos]
+    log(f"[learning] {len(jobs)} runs: {algos} x seeds {seeds}, {iterations} iterations each")
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=max(1, opts.jobs)) as pool:
+        results = list(
+            pool.map(
+                lambda j: _run_one(j[0], j[1], iterations, eval_every, work / f"{j[0]}_seed{j[1]}"),
+                jobs,
+            )
+        )
+    total = time.perf_counter() - t0
+    batch = 8 * 8
+    per_algo: dict[str, list[dict]] = {a: [r for r in results if r["algo"] == a] for a in algos}
+    lines = [
+        "# Learning on Sokoban with the tiny model",
+        "",
+        f"Machine: 2 CPU cores, no GPU; {platform.python_implementation()} "
+        f"{platform.python_version()}; load average {os.getloadavg()[0]:.1f} at the end. "
+        f"Date: {date.today()}. Wall time: {total / 60:.1f} min for {len(jobs)} runs.",
+        f"Reproduce: `python -m agentrl.bench learning --seeds {len(seeds)} "
+        f"--iterations {iterations}` (add `--algos a,b` for a subset).",
+        "",
+        "Budget, identical for every estimator and seed: "
+        + " ".join(f"`{b}`" for b in BUDGET)
+        + f", `trainer.steps={iterations}` ({iterations * batch} episodes). "
+        "Evaluation: 64 held-out seeds (never used for training), sampled at temperature 1.0 "
+        "(the tiny model's greedy answer repeats one move forever); iteration 0 is the "
+        "untrained policy. Intervals are 95% t-intervals over seeds.",
+        "",
+        "| estimator | untrained eval success | final eval success | gain | disjoint? | "
+        "final train success | final invalid rate | min/run |",
+        "|---|---:|---:|---:|---|---:|---:|---:|",
+    ]
+    for a, runs in per_algo.items():
+        first = np.array([_curve(r["rows"], batch)[1][0] for r in runs])
+        last = np.array([_curve(r["rows"], batch)[1][-1] for r in runs])
+        m0, lo0, hi0 = _t_interval(first)
+        m1, lo1, hi1 = _t_interval(last)
+        tail = [r["rows"][-1] for r in runs]
+        train = np.mean([t.get("env/success", np.nan) for t in tail])
+        invalid = np.mean([t.get("env/invalid_rate", np.nan) for t in tail])
+        note = " (" + ", ".join(runs[0]["hints"]) + ")" if runs[0]["hints"] else ""
+        lines.append(
+            f"| {a}{note} | {m0:.3f} [{lo0:.3f}, {hi0:.3f}] | {m1:.3f} [{lo1:.3f}, {hi1:.3f}] "
+            f"| {m1 - m0:+.3f} | {'yes' if lo1 > hi0 else 'no'} | {train:.3f} | {invalid:.3f} "
+            f"| {np.mean([r['wall_s'] for r in runs]) / 60:.1f} |"
+        )
+    lines += ["", "Per seed (eval success at each evaluation, iteration 0 first):", ""]
+    for r in results:
+        ys = _curve(r["rows"], batch)[1]
+        lines.append(f"- {r['algo']} seed {r['seed']}: " + ", ".join(f"{y:.3f}" for y in ys))
+    lines += ["", "![success vs environment steps](learning_sokoban.png)", ""]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "learning_sokoban.md").write_text("\n".join(lines))
+    _plot(per_algo, batch, out_dir / "learning_sokoban.png")
+    log(f"[learning] wrote {out_dir / 'learning_sokoban.md'} in {total:.0f} s")
+
+
+def _plot(per_algo: dict[str, list[dict]], batch: int, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for a, runs in per_algo.items():
+        curves = [_curve(r["rows"], batch) for r in runs]
+        n = min(len(c[1]) for c in curves)
+        xs = np.mean([c[0][:n] for c in curves], axis=0)
+        ys = np.array([c[1][:n] for c in curves])
+        ax.plot(xs, ys.mean(0), marker="o", label=a)
+        if len(runs) > 1:
+            ax.fill_between(xs, ys.min(0), ys.max(0), alpha=0.15)
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel("eval success (held-out seeds)")
+    ax.set_title("Sokoban 6x6, tiny model: mean over seeds (band: min-max)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
