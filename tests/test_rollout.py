@@ -132,5 +132,5 @@ def test_entry_point_plugins_register_environments(monkeypatch):
     )
     monkeypatch.setattr(registry, "_LOADED_GROUPS", set())
     assert "plugin-guess" in agentrl.list_envs()
-    obs, info = agentrl.make("plugin-guess").reset(seed=0)
+    _, info = agentrl.make("plugin-guess").reset(seed=0)
     assert info["task"] == "Find the secret number."
