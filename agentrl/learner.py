@@ -227,6 +227,31 @@ def micro_batches(samples: Sequence[Sample], token_budget: int) -> list[list[Sam
     return chunks
 
 
+@torch.no_grad()
+def score_samples(
+    model, samples: Sequence[Sample], pad_id: int, temperature: float, token_budget: int
+) -> list[list[float]]:
+    """Teacher-forced log-prob of every response token of ``samples``, in their order.
+
+    Runs in eval mode (restored afterwards) in length-sorted micro-batches of at most
+    ``token_budget`` padded tokens.
+    """
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    out: dict[int, list[float]] = {}
+    index = {id(s): i for i, s in enumerate(samples)}
+    try:
+        for chunk in micro_batches(samples, token_budget):
+            t = _pack(chunk, pad_id, device)
+            lp = token_logprobs(model, t["ids"], t["attn"], temperature, t["mask"].shape[1])
+            for r, s in enumerate(chunk):
+                out[index[id(s)]] = lp[r, lp.shape[1] - len(s.response_ids) :].cpu().tolist()
+    finally:
+        model.train(was_training)
+    return [out[i] for i in range(len(samples))]
+
+
 def mini_batches(
     samples: Sequence[Sample], size: int, rng: np.random.Generator, query_preserved: bool
 ) -> list[list[Sample]]:
@@ -306,26 +331,14 @@ class Learner:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
 
-    @torch.no_grad()
     def score(self, samples: Sequence[Sample], reference: bool = False) -> list[list[float]]:
         """Teacher-forced log-probs of each sample's response under the policy (or reference)."""
-        device = next(self.model.parameters()).device
         model = self.ref_model if reference and self.ref_model is not None else self.model
         ctx = model.disable_adapter() if reference and _is_peft(model) else nullcontext()
-        was_training = model.training
-        model.eval()
-        out: dict[int, list[float]] = {}
-        index = {id(s): i for i, s in enumerate(samples)}
         with ctx:
-            for chunk in micro_batches(samples, self.cfg.micro_batch_tokens):
-                t = _pack(chunk, self.pad_id, device)
-                lp = token_logprobs(
-                    model, t["ids"], t["attn"], self.temperature, t["mask"].shape[1]
-                )
-                for r, s in enumerate(chunk):
-                    out[index[id(s)]] = lp[r, lp.shape[1] - len(s.response_ids) :].cpu().tolist()
-        model.train(was_training)
-        return [out[i] for i in range(len(samples))]
+            return score_samples(
+                model, samples, self.pad_id, self.temperature, self.cfg.micro_batch_tokens
+            )
 
     def update(self, samples: Sequence[Sample], rng: np.random.Generator) -> dict[str, float]:
         """Run ``ppo_epochs`` passes of clipped-surrogate updates and one scheduler step.

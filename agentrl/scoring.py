@@ -8,7 +8,7 @@ of the response tokens y given the chat-formatted context (a user turn, formatte
 to its last ``max_prompt_tokens`` tokens exactly as the rollout prompts are, via
 :func:`~agentrl.rollout.encode_prompt`). Shapes: n pairs in, (n,) float64 out. Pairs are scored
 under ``torch.no_grad()`` in left-padded micro-batches of at most ``token_budget`` padded tokens,
-using the learner's :func:`~agentrl.learner.token_logprobs`, so a score does not depend on which
+using the learner's :func:`~agentrl.learner.score_samples`, so a score does not depend on which
 other pairs share its micro-batch.
 
 Departures: the response is re-tokenized from its text (``add_special_tokens=False``), so it can
@@ -23,9 +23,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-import torch
 
-from agentrl.learner import token_logprobs
+from agentrl.learner import Sample, score_samples
 from agentrl.rollout import encode_prompt
 
 
@@ -74,58 +73,15 @@ class PolicyScorer:
         if len(contexts) != len(responses):
             raise ValueError(f"{len(contexts)} contexts but {len(responses)} responses")
         out = np.zeros(len(contexts), dtype=np.float64)
-        items = []  # (row, prompt_ids, response_ids) of the non-empty responses
+        rows, samples = [], []
         for i, (c, r) in enumerate(zip(contexts, responses)):
             prompt, resp = self._encode(c, r)
-            if resp:
-                items.append((i, prompt, resp))
-        if not items:
-            return out
-        device = next(self.model.parameters()).device
-        was_training = self.model.training
-        self.model.eval()  # no dropout: a score is a deterministic function of its pair
-        try:
-            with torch.no_grad():
-                for chunk in self._chunks(items):
-                    out[[i for i, _, _ in chunk]] = self._score_chunk(chunk, device)
-        finally:
-            self.model.train(was_training)
+            if resp:  # an empty response scores 0.0
+                rows.append(i)
+                samples.append(Sample(prompt, resp, [0.0] * len(resp), 0.0))
+        if samples:
+            logps = score_samples(
+                self.model, samples, self.pad_id, self.temperature, self.token_budget
+            )
+            out[rows] = [float(np.mean(lp)) for lp in logps]
         return out
-
-    def _chunks(self, items: list) -> list[list]:
-        """Consecutive runs of length-sorted items whose padded size fits the budget (an item
-        larger than the budget goes alone)."""
-        items = sorted(items, key=lambda x: len(x[1]) + len(x[2]))
-        chunks: list[list] = []
-        cur: list = []
-        width = 0
-        for it in items:
-            n = len(it[1]) + len(it[2])
-            if cur and max(width, n) * (len(cur) + 1) > self.token_budget:
-                chunks.append(cur)
-                cur, width = [], 0
-            cur.append(it)
-            width = max(width, n)
-        if cur:
-            chunks.append(cur)
-        return chunks
-
-    def _score_chunk(self, chunk: list, device) -> np.ndarray:
-        """Left-pad so every response ends at the last column, score the last R tokens."""
-        width = max(len(p) + len(r) for _, p, r in chunk)
-        r_max = max(len(r) for _, _, r in chunk)
-        b = len(chunk)
-        ids = torch.full((b, width), self.pad_id, dtype=torch.long)  # (B, L)
-        attn = torch.zeros((b, width), dtype=torch.long)  # (B, L)
-        mask = torch.zeros((b, r_max), dtype=torch.float32)  # (B, R)
-        for row, (_, p, r) in enumerate(chunk):
-            seq = p + r
-            ids[row, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
-            attn[row, width - len(seq) :] = 1
-            mask[row, r_max - len(r) :] = 1.0
-        logp = token_logprobs(
-            self.model, ids.to(device), attn.to(device), self.temperature, n_last=r_max
-        )  # (B, R)
-        mask = mask.to(logp.device)
-        mean = (logp * mask).sum(-1) / mask.sum(-1)  # (B,)
-        return mean.double().cpu().numpy()
