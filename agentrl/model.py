@@ -173,11 +173,20 @@ def load_pretrained(
     return model, tokenizer
 
 
+def enable_checkpointing(model) -> None:
+    """Recompute activations in backward (transformers ≥ 5 names it activation checkpointing)."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    model.config.use_cache = False
+
+
 def prepare_for_training(model: PreTrainedModel, cfg: ModelConfig) -> PreTrainedModel:
     """Apply gradient checkpointing and LoRA adapters as configured; returns the model to train."""
     if cfg.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        model.config.use_cache = False
+        enable_checkpointing(model)
     if cfg.lora.r > 0:
         from peft import LoraConfig, get_peft_model
 

@@ -34,6 +34,7 @@ from agentrl.learner import Learner, Sample
 from agentrl.model import (
     build_tiny_model,
     build_tokenizer,
+    enable_checkpointing,
     load_pretrained,
     prepare_for_training,
     save_model,
@@ -144,9 +145,7 @@ def _build_model(cfg: RunConfig, envs, rng: np.random.Generator, resume_from: Pa
 
         model = PeftModel.from_pretrained(model, resume_from / "adapter", is_trainable=True)
         if cfg.model.gradient_checkpointing:
-            model.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False}
-            )
+            enable_checkpointing(model)
         return model, tokenizer
     return prepare_for_training(model, cfg.model), tokenizer
 
