@@ -140,8 +140,9 @@ class HFBackend:
             max_new_tokens=sampling.max_new_tokens,
             do_sample=not greedy,
             temperature=None if greedy else sampling.temperature,
+            # Explicit values: transformers fills None with its defaults (top_k=50).
             top_p=None if greedy else sampling.top_p,
-            top_k=None if greedy or sampling.top_k == 0 else sampling.top_k,
+            top_k=None if greedy else sampling.top_k,
             pad_token_id=pad,
             eos_token_id=eos,
             # A sampled pad would be indistinguishable from padding after the end.

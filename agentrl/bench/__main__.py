@@ -17,6 +17,7 @@ import sys
 COMMANDS: dict[str, str] = {
     "env-speed": "agentrl.bench.env_speed:run",
     "credit": "agentrl.bench.credit:run",
+    "learner-speed": "agentrl.bench.learner_speed:run",
     "learning": "agentrl.bench.learning:run",
 }
 
