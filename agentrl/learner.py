@@ -82,6 +82,9 @@ class LearnerConfig:
     """Keep all steps of a group in the same mini-batch (cancellation-preserving batching)."""
     micro_batch_tokens: int = 8192
     """Token budget of one forward/backward pass (gradient accumulation within a mini-batch)."""
+    share_prompts: bool = True
+    """Process a prompt shared by several samples of a micro-batch once (responses packed
+    after it under a block attention mask); same result, less compute."""
     max_grad_norm: float = 1.0
     """Gradient clipping by global norm; 0 disables."""
     old_logprobs: Literal["sampler", "recompute"] = "sampler"
@@ -198,7 +201,7 @@ def _pack(samples: Sequence[Sample], pad_id: int, device) -> dict[str, torch.Ten
         mask[r, r_max - n :] = 1.0
         old[r, r_max - n :] = torch.tensor(s.old_logprobs, dtype=torch.float32)
         adv[r, r_max - n :] = s.advantage
-    tensors = dict(ids=ids, attn=attn, mask=mask, old=old, adv=adv)
+    tensors = dict(ids=ids, attn=attn, mask=mask, old=old, adv=adv, targets=ids[:, -r_max:])
     if all(s.ref_logprobs is not None for s in samples):
         ref = torch.zeros((b, r_max), dtype=torch.float32)
         for r, s in enumerate(samples):
@@ -207,13 +210,112 @@ def _pack(samples: Sequence[Sample], pad_id: int, device) -> dict[str, torch.Ten
     return {k: v.to(device) for k, v in tensors.items()}
 
 
+def _per_sample_tensors(samples: Sequence[Sample], r_max: int) -> dict[str, torch.Tensor]:
+    """``mask``, ``old``, ``adv`` (and ``ref``, ``targets``) as (S, R), right-aligned."""
+    b = len(samples)
+    out = {k: torch.zeros((b, r_max), dtype=torch.float32) for k in ("mask", "old", "adv")}
+    out["targets"] = torch.zeros((b, r_max), dtype=torch.long)
+    with_ref = all(s.ref_logprobs is not None for s in samples)
+    if with_ref:
+        out["ref"] = torch.zeros((b, r_max), dtype=torch.float32)
+    for r, s in enumerate(samples):
+        n = len(s.response_ids)
+        out["mask"][r, r_max - n :] = 1.0
+        out["old"][r, r_max - n :] = torch.tensor(s.old_logprobs, dtype=torch.float32)
+        out["adv"][r, r_max - n :] = s.advantage
+        out["targets"][r, r_max - n :] = torch.tensor(s.response_ids, dtype=torch.long)
+        if with_ref:
+            out["ref"][r, r_max - n :] = torch.tensor(s.ref_logprobs, dtype=torch.float32)
+    return out
+
+
+def _pack_shared(samples: Sequence[Sample], pad_id: int, device) -> dict[str, torch.Tensor]:
+    """Pack the samples that share a prompt into one row: the prompt once, then each response.
+
+    A row is ``prompt, response_1, ..., response_n`` (left-padded to the longest row); a 4-D
+    boolean mask lets each response attend to the prompt and to its own earlier tokens only, and
+    each response's position ids continue from the end of the prompt. Every response token is
+    then predicted exactly as in its own unpacked sequence, but the prompt is processed once
+    per group instead of once per sample.
+
+    Returns ``ids``/``pos`` (B, W), ``attn4`` (B, 1, W, W), ``n_last`` (the scored window),
+    ``row``/``col`` (S, R) indices of the logits predicting each sample's response tokens
+    within the window, and the per-sample tensors of :func:`_per_sample_tensors`.
+    """
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, s in enumerate(samples):
+        groups.setdefault(tuple(s.prompt_ids), []).append(i)
+    rows = list(groups.items())
+    lengths = [len(p) + sum(len(samples[i].response_ids) for i in idx) for p, idx in rows]
+    width = max(lengths)
+    n_last = max(n - len(p) + 1 for n, (p, _) in zip(lengths, rows))
+    b, r_max = len(rows), max(len(s.response_ids) for s in samples)
+    ids = torch.full((b, width), pad_id, dtype=torch.long)
+    pos = torch.zeros((b, width), dtype=torch.long)
+    allowed = torch.zeros((b, width, width), dtype=torch.bool)
+    row = torch.zeros((len(samples), r_max), dtype=torch.long)
+    col = torch.zeros((len(samples), r_max), dtype=torch.long)
+    first = width - n_last  # column of the first scored logit
+    for r, ((prompt, idx), n) in enumerate(zip(rows, lengths)):
+        o = width - n  # left padding
+        lp = len(prompt)
+        allowed[r, torch.arange(o), torch.arange(o)] = True  # pads see themselves: no NaN rows
+        ids[r, o : o + lp] = torch.tensor(prompt, dtype=torch.long)
+        pos[r, o : o + lp] = torch.arange(lp)
+        allowed[r, o : o + lp, o : o + lp] = torch.ones(lp, lp, dtype=torch.bool).tril()
+        start = o + lp
+        for i in idx:
+            resp = samples[i].response_ids
+            k = len(resp)
+            ids[r, start : start + k] = torch.tensor(resp, dtype=torch.long)
+            pos[r, start : start + k] = torch.arange(lp, lp + k)
+            allowed[r, start : start + k, o : o + lp] = True
+            allowed[r, start : start + k, start : start + k] = torch.ones(
+                k, k, dtype=torch.bool
+            ).tril()
+            # token 0 is predicted at the prompt's last column, token j at the column of j - 1
+            cols = torch.cat([torch.tensor([o + lp - 1]), torch.arange(start, start + k - 1)])
+            row[i, r_max - k :] = r
+            col[i, r_max - k :] = cols - first
+            start += k
+    t = dict(ids=ids, pos=pos, attn4=allowed.unsqueeze(1), row=row, col=col)
+    t.update(_per_sample_tensors(samples, r_max))
+    out = {k: v.to(device) for k, v in t.items()}
+    out["n_last"] = n_last
+    return out
+
+
+def forward_chunk(
+    model, chunk: Sequence[Sample], pad_id: int, device, share_prompts: bool
+) -> tuple[torch.Tensor, dict]:
+    """Raw logits predicting every response token of ``chunk``, and the aligned tensors.
+
+    Returns ``(logits, t)``: logits (S, R, V) and ``t`` with ``targets``, ``mask``, ``old``,
+    ``adv`` (and ``ref``), each (S, R). With ``share_prompts`` and at least two samples with the
+    same prompt, prompts are processed once per group (:func:`_pack_shared`); the result is the
+    same up to floating-point rounding.
+    """
+    if share_prompts and len({tuple(s.prompt_ids) for s in chunk}) < len(chunk):
+        t = _pack_shared(chunk, pad_id, device)
+        out = model(
+            input_ids=t["ids"],
+            attention_mask=t["attn4"],
+            position_ids=t["pos"],
+            logits_to_keep=t["n_last"],
+        )
+        return out.logits[t["row"], t["col"]].float(), t
+    t = _pack(chunk, pad_id, device)
+    return response_logits(model, t["ids"], t["attn"], t["mask"].shape[1]), t
+
+
 def micro_batches(samples: Sequence[Sample], token_budget: int) -> list[list[Sample]]:
     """Split ``samples`` into consecutive chunks whose padded size stays within the budget
     (a single sample larger than the budget forms its own chunk)."""
     chunks: list[list[Sample]] = []
     cur: list[Sample] = []
-    # Similar lengths together waste less padding; the order within a mini-batch is irrelevant.
-    samples = sorted(samples, key=lambda s: len(s.prompt_ids) + len(s.response_ids))
+    # Similar lengths together waste less padding, identical prompts together can share one
+    # forward pass; the order within a mini-batch is irrelevant.
+    samples = sorted(samples, key=lambda s: (len(s.prompt_ids), s.prompt_ids, len(s.response_ids)))
     width = 0
     for s in samples:
         n = len(s.prompt_ids) + len(s.response_ids)
@@ -229,7 +331,12 @@ def micro_batches(samples: Sequence[Sample], token_budget: int) -> list[list[Sam
 
 @torch.no_grad()
 def score_samples(
-    model, samples: Sequence[Sample], pad_id: int, temperature: float, token_budget: int
+    model,
+    samples: Sequence[Sample],
+    pad_id: int,
+    temperature: float,
+    token_budget: int,
+    share_prompts: bool = True,
 ) -> list[list[float]]:
     """Teacher-forced log-prob of every response token of ``samples``, in their order.
 
@@ -243,8 +350,8 @@ def score_samples(
     index = {id(s): i for i, s in enumerate(samples)}
     try:
         for chunk in micro_batches(samples, token_budget):
-            t = _pack(chunk, pad_id, device)
-            lp = token_logprobs(model, t["ids"], t["attn"], temperature, t["mask"].shape[1])
+            logits, t = forward_chunk(model, chunk, pad_id, device, share_prompts)
+            lp = logprobs_from_logits(logits, t["targets"], temperature)
             for r, s in enumerate(chunk):
                 out[index[id(s)]] = lp[r, lp.shape[1] - len(s.response_ids) :].cpu().tolist()
     finally:
@@ -337,7 +444,12 @@ class Learner:
         ctx = model.disable_adapter() if reference and _is_peft(model) else nullcontext()
         with ctx:
             return score_samples(
-                model, samples, self.pad_id, self.temperature, self.cfg.micro_batch_tokens
+                model,
+                samples,
+                self.pad_id,
+                self.temperature,
+                self.cfg.micro_batch_tokens,
+                self.cfg.share_prompts,
             )
 
     def update(self, samples: Sequence[Sample], rng: np.random.Generator) -> dict[str, float]:
@@ -391,10 +503,9 @@ class Learner:
         self.optimizer.zero_grad(set_to_none=True)
         sums = dict(pg=0.0, clip=0.0, approx_kl=0.0, kl=0.0, entropy=0.0, loss=0.0)
         for chunk in micro_batches(mini, cfg.micro_batch_tokens):
-            t = _pack(chunk, self.pad_id, device)
+            logits, t = forward_chunk(self.model, chunk, self.pad_id, device, cfg.share_prompts)
             mask = t["mask"]
-            logits = response_logits(self.model, t["ids"], t["attn"], mask.shape[1])
-            logp = logprobs_from_logits(logits, t["ids"][:, -mask.shape[1] :], self.temperature)
+            logp = logprobs_from_logits(logits, t["targets"], self.temperature)
             ratio = policy_ratio(logp, t["old"], mask, cfg.ratio_level)
             pg_tok, clipped = clipped_surrogate(
                 ratio, t["adv"], cfg.clip_low, cfg.clip_high, cfg.clip_ratio_c

@@ -252,3 +252,49 @@ def test_sampling_applies_no_hidden_top_k(tok):
     low = set(rank[60:].tolist())  # tokens outside any top-50 filter
     gens = backend.generate([prompt] * 256, Sampling(max_new_tokens=1, temperature=3.0))
     assert any(g.token_ids[0] in low for g in gens)
+
+
+def _group_samples(rng, n_groups=3, group=4):
+    samples = []
+    for g in range(n_groups):
+        prompt = rng.integers(5, 200, size=int(rng.integers(3, 12))).tolist()
+        for _ in range(int(rng.integers(1, group + 1))):  # groups of 1..4 share a prompt
+            resp = rng.integers(5, 200, size=int(rng.integers(1, 6))).tolist()
+            samples.append(
+                Sample(
+                    prompt,
+                    resp,
+                    list(rng.normal(-4.0, 0.3, size=len(resp))),
+                    float(rng.normal()),
+                    group=g,
+                )
+            )
+    return samples
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_shared_prompt_packing_equals_separate_sequences(tok, seed):
+    from agentrl.learner import score_samples
+
+    samples = _group_samples(np.random.default_rng(seed))
+    model = _model(tok)
+    a = score_samples(model, samples, tok.pad_token_id, 0.8, 10_000, share_prompts=True)
+    b = score_samples(model, samples, tok.pad_token_id, 0.8, 10_000, share_prompts=False)
+    for x, y in zip(a, b):
+        np.testing.assert_allclose(x, y, atol=1e-5)
+    grads = []
+    for share in (True, False):
+        m = _model(tok)
+        cfg = LearnerConfig(
+            max_grad_norm=0,
+            share_prompts=share,
+            entropy_coef=0.01,
+            ratio_level="step" if seed == 2 else "token",
+        )
+        learner = Learner(m, cfg, tok.pad_token_id)
+        learner.optimizer.param_groups[0]["lr"] = 0.0
+        stats = learner.update(samples, np.random.default_rng(0))
+        grads.append(([p.grad.clone() for p in m.parameters()], stats))
+    for ga, gb in zip(grads[0][0], grads[1][0]):
+        torch.testing.assert_close(ga, gb, rtol=1e-4, atol=1e-6)
+    assert grads[0][1]["loss/pg"] == pytest.approx(grads[1][1]["loss/pg"], rel=1e-5)
