@@ -19,8 +19,9 @@ ARGS = [
     "trainer.eval_every=0",
     "trainer.progress=false",
     "rollout.n_tasks=2",
-    "rollout.group_size=2",
-    "env.max_steps=4",
+    "rollout.group_size=4",
+    "rollout.max_new_tokens=3",  # short answers: some moves are valid, so returns differ
+    "env.max_steps=5",
     "trainer.tokenizer_episodes=4",
 ]
 

@@ -33,6 +33,7 @@ def test_two_iterations_train_every_parameter_and_save_hf_checkpoint(tmp_path):
             "trainer.steps=2",
             "rollout.n_tasks=2",
             "rollout.group_size=4",
+            "rollout.max_new_tokens=3",  # some valid moves, so advantages are nonzero
             "trainer.progress=false",
             "trainer.save_initial=true",
             f"trainer.out_dir={out}",
