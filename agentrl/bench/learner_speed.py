@@ -504,8 +504,8 @@ def write_report(
         "`build_tokenizer` on a synthetic corpus of pseudo-words.",
         "- Task: B prompts of exactly P tokens (chat-formatted one-token words), G completions "
         "each of exactly C tokens (EOS suppressed by `min_new_tokens = C`, pad suppressed), "
-        "temperature 1, top-p 1, top-k 0 (`Sampling.top_k = 0` / TRL `top_k = 0`; agentrl's "
-        "backend in fact applies transformers' default top-k 50, see below). Reward: fraction "
+        "temperature 1, top-p 1, top-k 0 (`Sampling.top_k = 0` / TRL `top_k = 0`: no "
+        "truncation on either side). Reward: fraction "
         "of even token ids in the completion.",
         f"- Update: PPO clipped surrogate (ε = 0.2), token-mean over the batch, one epoch, one "
         f"mini-batch of all B·G sequences, AdamW lr {lr:g} (β = 0.9/0.999, no weight decay, "
@@ -605,10 +605,7 @@ def analysis(results: Sequence[Result]) -> list[str]:
         "the same model with a dynamic KV cache and the same batch, so sampling costs the "
         "same; agentrl "
         "additionally keeps the per-step logits (`output_logits`) for the sampler log-probs, "
-        "which costs little. Note: `HFBackend` passes `top_k=None` for `Sampling.top_k = 0`, "
-        "and transformers fills a `None` with its default `top_k = 50`, so agentrl actually "
-        "samples from the top-50 tokens (a `topk` per decoding step) while TRL, which passes "
-        "`top_k = 0`, does not truncate.",
+        "which costs little.",
         "- **The update is where agentrl wins.** agentrl projects only the last R + 1 positions "
         "through the LM head (`logits_to_keep`). TRL 1.16 replaces the LM head by a fused, "
         "chunked log-prob/entropy function that, on devices without Triton (CPU), scores every "
@@ -617,17 +614,17 @@ def analysis(results: Sequence[Result]) -> list[str]:
         "gap is CPU-specific. TRL's per-step trainer bookkeeping (metric gathering, `.item()` "
         "calls, callbacks) is small in comparison at these sizes.",
         "- **What dominates agentrl's iteration** (profiles below and the split above): the "
-        "transformer itself — matmuls and CPU flash attention in the prefill and decoding "
+        "transformer itself — matmuls and CPU attention in the prefill and decoding "
         "steps of generation (plus `torch.cat` of the growing dynamic KV cache, which "
         "grows with P), and in the forward/backward of the update. agentrl's Python "
         "around them (packing, loss pieces, metrics) is a few percent. Micro-batching "
         "(`micro_batch_tokens`) does not matter here: all sequences have one length.",
-        "- **Both sides do the same redundant work:** each prompt is processed G times, in the "
-        "prefill of generation and in the forward/backward of the update, although the G "
-        "rows of a group share it. At P ≫ C that is most of the compute. Computing each "
-        "distinct prompt once (prefill once and repeat the KV cache; in training, run the "
-        "prompt once with gradients, repeat its KV cache and run the G completions on top, "
-        "which gives the same log-probs and gradients) is the largest available speed-up.",
+        "- **Shared prompts:** agentrl's update processes each distinct prompt once per "
+        "micro-batch (`learner.share_prompts`, on by default: the G completions are packed "
+        "after their prompt under a block attention mask, which gives the same log-probs and "
+        "gradients), whereas TRL runs every prompt G times. Generation still prefills each "
+        "prompt G times on both sides; prefilling once and repeating the KV cache is the next "
+        "available speed-up.",
     ]
     return out
 
