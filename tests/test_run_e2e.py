@@ -69,6 +69,16 @@ def test_default_config_composes():
     cfg = compose()
     assert (cfg.env_name, cfg.algo_name, cfg.model.name) == ("sokoban", "grpo", "tiny")
     assert cfg.model.name_or_path is None
+    # the tiny preset tunes rollout/learner for the tiny model; the command line still wins
+    assert (cfg.rollout.max_new_tokens, cfg.rollout.history_length, cfg.learner.lr) == (3, 0, 5e-3)
+    assert compose(["rollout.max_new_tokens=7"]).rollout.max_new_tokens == 7
+    real = compose(["model=qwen2.5-1.5b-instruct"])
+    assert real.model.name_or_path == "Qwen/Qwen2.5-1.5B-Instruct"
+    assert (real.rollout.action_format, real.learner.lr, real.learner.kl_coef) == (
+        "tag",
+        1e-6,
+        0.01,
+    )
     cfg = compose(["env.dim_room=[7,7]", "env.num_boxes=2", "algo.norm_by_std=false"])
     assert cfg.env_kwargs["dim_room"] == [7, 7] and cfg.algo.norm_by_std is False
 
