@@ -5,7 +5,8 @@ other registered one unless ``--algos`` narrows the list) on the same budget and
 each run in its own process via ``python -m agentrl.run``. Every run evaluates the untrained
 policy (iteration 0) and then every ``eval_every`` iterations on the same held-out seeds. The
 report compares the final evaluation success with the untrained one per estimator: mean over
-seeds with a 95% t-interval, and whether the intervals are disjoint. It writes
+seeds with a 95% t-interval, whether those intervals are disjoint, whether the per-seed ranges
+are disjoint, and how many runs improved. It writes
 ``results/learning_sokoban.md`` and ``results/learning_sokoban.png`` (success vs environment
 steps).
 
@@ -84,13 +85,21 @@ def _run_one(algo: str, seed: int, iterations: int, eval_every: int, out: Path) 
     proc = subprocess.run(args, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{algo} seed {seed} failed:\n{proc.stderr[-3000:]}")
+    (out / "wall_s").write_text(f"{time.perf_counter() - t0:.1f}")
+    return _load_run(algo, seed, out)
+
+
+def _load_run(algo: str, seed: int, out: Path) -> dict:
+    """A finished run's metrics rows (and wall time) from its output directory."""
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    wall = out / "wall_s"
+    hints = [f"learner.{k}={v}" for k, v in get_estimator(algo).learner_hints]
     return {
         "algo": algo,
         "seed": seed,
         "rows": rows,
-        "wall_s": time.perf_counter() - t0,
         "hints": hints,
+        "wall_s": float(wall.read_text()) if wall.exists() else float("nan"),
     }
 
 
@@ -113,6 +122,11 @@ def run(out_dir: str = "results", quick: bool = False, log=print, argv: list[str
     parser.add_argument("--iterations", type=int, default=40)
     parser.add_argument("--eval-every", type=int, default=10)
     parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="rewrite the report from the runs already in <out>/.learning_runs",
+    )
     opts = parser.parse_args(argv or [])
     algos = [a for a in opts.algos.split(",") if a] or list_estimators()
     seeds = list(range(opts.seeds))
@@ -124,14 +138,19 @@ def run(out_dir: str = "results", quick: bool = False, log=print, argv: list[str
     jobs = [(a, s) for s in seeds for a in algos]
     log(f"[learning] {len(jobs)} runs: {algos} x seeds {seeds}, {iterations} iterations each")
     t0 = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=max(1, opts.jobs)) as pool:
-        results = list(
-            pool.map(
-                lambda j: _run_one(j[0], j[1], iterations, eval_every, work / f"{j[0]}_seed{j[1]}"),
-                jobs,
+    if opts.report_only:
+        results = [_load_run(a, s, work / f"{a}_seed{s}") for a, s in jobs]
+    else:
+        with ThreadPoolExecutor(max_workers=max(1, opts.jobs)) as pool:
+            results = list(
+                pool.map(
+                    lambda j: _run_one(
+                        j[0], j[1], iterations, eval_every, work / f"{j[0]}_seed{j[1]}"
+                    ),
+                    jobs,
+                )
             )
-        )
-    total = time.perf_counter() - t0
+    total = sum(r["wall_s"] for r in results) if opts.report_only else time.perf_counter() - t0
     batch = 8 * 8
     per_algo: dict[str, list[dict]] = {a: [r for r in results if r["algo"] == a] for a in algos}
     lines = [
@@ -150,9 +169,10 @@ def run(out_dir: str = "results", quick: bool = False, log=print, argv: list[str
         "(the tiny model's greedy answer repeats one move forever); iteration 0 is the "
         "untrained policy. Intervals are 95% t-intervals over seeds.",
         "",
-        "| estimator | untrained eval success | final eval success | gain | disjoint? | "
+        "| estimator | untrained eval success | final eval success | gain | t-intervals "
+        "disjoint? | seed ranges (untrained vs final) disjoint? | runs improved | "
         "final train success | final invalid rate | min/run |",
-        "|---|---:|---:|---:|---|---:|---:|---:|",
+        "|---|---:|---:|---:|---|---|---:|---:|---:|---:|",
     ]
     for a, runs in per_algo.items():
         first = np.array([_curve(r["rows"], batch)[1][0] for r in runs])
@@ -165,7 +185,10 @@ def run(out_dir: str = "results", quick: bool = False, log=print, argv: list[str
         note = " (" + ", ".join(runs[0]["hints"]) + ")" if runs[0]["hints"] else ""
         lines.append(
             f"| {a}{note} | {m0:.3f} [{lo0:.3f}, {hi0:.3f}] | {m1:.3f} [{lo1:.3f}, {hi1:.3f}] "
-            f"| {m1 - m0:+.3f} | {'yes' if lo1 > hi0 else 'no'} | {train:.3f} | {invalid:.3f} "
+            f"| {m1 - m0:+.3f} | {'yes' if lo1 > hi0 else 'no'} "
+            f"| {'yes' if last.min() > first.max() else 'no'} ({first.min():.3f}-"
+            f"{first.max():.3f} vs {last.min():.3f}-{last.max():.3f}) "
+            f"| {int((last > first).sum())}/{len(runs)} | {train:.3f} | {invalid:.3f} "
             f"| {np.mean([r['wall_s'] for r in runs]) / 60:.1f} |"
         )
     lines += ["", "Per seed (eval success at each evaluation, iteration 0 first):", ""]
