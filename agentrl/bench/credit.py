@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from agentrl.bench.env_speed import _cpu_name, _version
+from agentrl.bench._report import cpu_name, version
 from agentrl.credit import compute_advantages, estimator_config, get_estimator, list_estimators
 from agentrl.graph import build_graph
 from agentrl.synthetic import (
@@ -448,11 +448,11 @@ def run(
     mdp_args = {
         k: p.default for k, p in inspect.signature(random_mdp).parameters.items() if k != "rng"
     }
-    versions = ", ".join(f"{d} {_version(d)}" for d in ("agentrl", "numpy", "scipy"))
+    versions = ", ".join(f"{d} {version(d)}" for d in ("agentrl", "numpy", "scipy"))
     lines = [
         "# Credit estimators on synthetic MDPs",
         "",
-        f"Machine: {os.cpu_count()} CPU cores ({_cpu_name()}), no GPU; "
+        f"Machine: {os.cpu_count()} CPU cores ({cpu_name()}), no GPU; "
         f"Python {platform.python_version()}; load average {load:.1f} at the start. "
         f"Date: {datetime.date.today().isoformat()}.  ",
         f"Versions: {versions}.  ",

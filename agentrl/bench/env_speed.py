@@ -25,11 +25,12 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from agentrl.bench._report import cpu_name, version
 
 SETTINGS: tuple[tuple[tuple[int, int], int], ...] = (((7, 7), 2), ((6, 6), 1))
 SECTION = "Sokoban"
@@ -156,23 +157,6 @@ def _import_gym_sokoban() -> str | None:
     return None
 
 
-def _version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def update_markdown_section(path: Path, heading: str, body: str, preamble: str) -> None:
     """Write ``## heading`` + ``body`` into ``path``, keeping every other ``## `` section.
 
@@ -250,7 +234,7 @@ def run(
 
     today = datetime.date.today().isoformat()
     versions = ", ".join(
-        f"{d} {_version(d)}" for d in ("agentrl", "numpy", "gymnasium", "gym", "gym-sokoban")
+        f"{d} {version(d)}" for d in ("agentrl", "numpy", "gymnasium", "gym", "gym-sokoban")
     )
     gym_note = (
         "gym-sokoban ran in the same process on the same machine."
@@ -259,7 +243,7 @@ def run(
     )
     body = "\n".join(
         [
-            f"Machine: {os.cpu_count()} CPU cores ({_cpu_name()}), no GPU; "
+            f"Machine: {os.cpu_count()} CPU cores ({cpu_name()}), no GPU; "
             f"Python {platform.python_version()}. Date: {today}.  ",
             f"Versions: {versions}.  ",
             "Reproduce: `python -m agentrl.bench env-speed`"

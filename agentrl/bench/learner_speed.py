@@ -41,7 +41,6 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +49,7 @@ import torch
 
 from agentrl.algos.grpo import GRPOConfig as AdvantageConfig
 from agentrl.algos.grpo import grpo_traj_advantage
+from agentrl.bench._report import cpu_name, version
 from agentrl.learner import Learner, LearnerConfig, Sample
 from agentrl.model import ModelConfig, build_tiny_model, build_tokenizer
 from agentrl.rollout import HFBackend, Sampling, encode_prompt
@@ -413,23 +413,6 @@ def _quiet():
 # --- report ---
 
 
-def _version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _tps(tokens: int, seconds: float) -> str:
     return f"{tokens / seconds:,.0f}" if seconds == seconds and seconds > 0 else "-"
 
@@ -479,13 +462,13 @@ def write_report(
 ) -> None:
     today = datetime.date.today().isoformat()
     versions = ", ".join(
-        f"{d} {_version(d)}" for d in ("agentrl", "torch", "transformers", "trl", "accelerate")
+        f"{d} {version(d)}" for d in ("agentrl", "torch", "transformers", "trl", "accelerate")
     )
     la = " → ".join("/".join(f"{x:.2f}" for x in load) for load in loads)
     lines = [
         "# Learner speed: one GRPO iteration, agentrl vs TRL",
         "",
-        f"Machine: {os.cpu_count()} CPU cores ({_cpu_name()}), "
+        f"Machine: {os.cpu_count()} CPU cores ({cpu_name()}), "
         f"{'GPU ' + torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU'}; "
         f"Python {platform.python_version()}; torch threads {threads}. "
         f"Date: {today}.  ",
