@@ -25,6 +25,9 @@ class EnvSpec:
     env_id: str
     entry_point: str | Callable[..., gym.Env]
     config_cls: type | None
+    parallel: bool = False
+    """Steps are slow enough (an external engine) that a batch should step in worker processes
+    (``rollout.env_pool=auto`` then picks the process pool)."""
 
 
 _ENVS: dict[str, EnvSpec] = {}
@@ -35,13 +38,14 @@ def register_env(
     env_id: str,
     entry_point: str | Callable[..., gym.Env],
     config_cls: type | None = None,
+    parallel: bool = False,
 ) -> EnvSpec:
     """Register an environment under a short name and a gymnasium id.
 
     Raises:
         ValueError: if ``name`` or ``env_id`` is already registered to something else.
     """
-    spec = EnvSpec(name, env_id, entry_point, config_cls)
+    spec = EnvSpec(name, env_id, entry_point, config_cls, parallel)
     if name in _ENVS:
         if _ENVS[name] == spec:
             return spec  # re-import of the same module: harmless

@@ -23,6 +23,7 @@ import torch
 
 from agentrl.batch import Step, Trajectory, TrajectoryGroup
 from agentrl.configuration import check
+from agentrl.env_pool import EnvPool, InlinePool, PoolConfig
 from agentrl.prompting import ActionFormat, build_prompt, project_action
 
 
@@ -58,6 +59,17 @@ class RolloutConfig:
     """Temperature for evaluation episodes (0 = greedy)."""
     max_batch_size: int = 256
     """Largest number of prompts in one generate call (larger batches are split)."""
+    env_pool: Literal["auto", "inline", "process"] = "auto"
+    """Where the environments of a batch step: ``process`` = worker processes (in parallel),
+    ``inline`` = this process; ``auto`` = processes for environments registered as slow
+    (``parallel=True``: ALFWorld), inline otherwise."""
+    env_workers: int = 0
+    """Worker processes of the process pool; 0 = one per CPU core."""
+    env_step_timeout_s: float = 300.0
+    """A worker that does not answer within this time is killed and replaced."""
+
+    def pool_config(self) -> PoolConfig:
+        return PoolConfig(self.env_pool, self.env_workers, self.env_step_timeout_s)
 
     def __post_init__(self) -> None:
         check(self.n_tasks >= 1, "rollout.n_tasks", self.n_tasks, ">= 1")
@@ -68,6 +80,13 @@ class RolloutConfig:
         check(0 < self.top_p <= 1, "rollout.top_p", self.top_p, "in (0, 1]")
         check(self.top_k >= 0, "rollout.top_k", self.top_k, ">= 0")
         check(self.max_batch_size >= 1, "rollout.max_batch_size", self.max_batch_size, ">= 1")
+        check(self.env_workers >= 0, "rollout.env_workers", self.env_workers, ">= 0")
+        check(
+            self.env_step_timeout_s > 0,
+            "rollout.env_step_timeout_s",
+            self.env_step_timeout_s,
+            "> 0",
+        )
         check(
             0 < self.vllm_gpu_memory_utilization < 1,
             "rollout.vllm_gpu_memory_utilization",
@@ -202,7 +221,7 @@ def encode_prompt(tokenizer, text: str, max_tokens: int) -> list[int]:
 
 
 def collect(
-    envs: Sequence[gym.Env],
+    envs: EnvPool | Sequence[gym.Env],
     seeds: Sequence[int],
     backend: Backend,
     tokenizer,
@@ -214,21 +233,24 @@ def collect(
     len(envs) // len(seeds)`` and is reset with ``seeds[j // G]`` (and ``options``, e.g.
     ``{"split": "eval"}`` for evaluation).
 
+    ``envs`` is an :class:`~agentrl.env_pool.EnvPool` (the environments of a batch step
+    together, possibly in worker processes) or a plain list of environments.
+
     Returns:
         ``len(seeds)`` groups of ``G`` trajectories each.
     """
-    if len(envs) % len(seeds):
+    pool = envs if isinstance(envs, EnvPool) else InlinePool(envs)
+    if len(pool) % len(seeds):
         raise ValueError("len(envs) must be a multiple of len(seeds)")
-    g_size = len(envs) // len(seeds)
+    g_size = len(pool) // len(seeds)
     mode: ActionFormat = cfg.action_format
     obs, infos = [], []
-    for j, env in enumerate(envs):
-        o, info = env.reset(seed=int(seeds[j // g_size]), options=options)
+    for o, info in pool.reset([(j, int(seeds[j // g_size]), options) for j in range(len(pool))]):
         obs.append(o)
         infos.append(info)
-    trajs = [Trajectory() for _ in envs]
-    history: list[list[tuple[str, str]]] = [[] for _ in envs]
-    live = list(range(len(envs)))
+    trajs = [Trajectory() for _ in range(len(pool))]
+    history: list[list[tuple[str, str]]] = [[] for _ in range(len(pool))]
+    live = list(range(len(pool)))
     while live:
         texts = [
             build_prompt(
@@ -243,12 +265,16 @@ def collect(
         ]
         prompt_ids = [encode_prompt(tokenizer, t, cfg.max_prompt_tokens) for t in texts]
         gens = backend.generate(prompt_ids, sampling)
+        projected = [project_action(gen.text, mode) for gen in gens]
+        results = pool.step([(j, a if ok else "") for j, (a, ok) in zip(live, projected)])
         still = []
-        for j, text, ids, gen in zip(live, texts, prompt_ids, gens):
-            action, ok = project_action(gen.text, mode)
-            next_obs, reward, terminated, truncated, info = envs[j].step(action if ok else "")
+        for j, text, ids, gen, (action, ok), result in zip(
+            live, texts, prompt_ids, gens, projected, results
+        ):
+            next_obs, reward, terminated, truncated, info = result
             valid = ok and bool(info.get("action_valid", True))
-            if not valid:
+            # A step lost to a crashed env worker is truncated, not the policy's fault.
+            if not valid and "worker_error" not in info:
                 reward -= cfg.invalid_penalty
             trajs[j].steps.append(
                 Step(

@@ -29,6 +29,7 @@ import yaml
 
 from agentrl.batch import StepBatch, TrajectoryGroup, flat_steps
 from agentrl.credit import compute_advantages, get_estimator
+from agentrl.env_pool import make_pool
 from agentrl.graph import build_graph
 from agentrl.learner import Learner, Sample
 from agentrl.model import (
@@ -125,7 +126,7 @@ def _latest_checkpoint(out_dir: Path) -> Path | None:
     return path if (path / "trainer_state.pt").exists() else None
 
 
-def _build_model(cfg: RunConfig, envs, rng: np.random.Generator, resume_from: Path | None):
+def _build_model(cfg: RunConfig, rng: np.random.Generator, resume_from: Path | None):
     """Model and tokenizer: from a checkpoint, from ``name_or_path``, or the tiny model."""
     lora = cfg.model.lora.r > 0
     if resume_from is not None and not lora:
@@ -138,7 +139,9 @@ def _build_model(cfg: RunConfig, envs, rng: np.random.Generator, resume_from: Pa
         _, tokenizer = load_pretrained(cfg.model, str(resume_from))
         model = build_tiny_model(cfg.model, tokenizer)
     else:
-        tokenizer = build_tokenizer(tokenizer_corpus(envs[0], cfg, rng), cfg.model.vocab_size)
+        env = make(cfg.env_name, **cfg.env_kwargs)  # a local env only for the tokenizer's text
+        tokenizer = build_tokenizer(tokenizer_corpus(env, cfg, rng), cfg.model.vocab_size)
+        env.close()
         model = build_tiny_model(cfg.model, tokenizer)
     if resume_from is not None:  # LoRA: base model + saved adapter
         from peft import PeftModel
@@ -188,7 +191,9 @@ class Evaluator:
         self.cfg = cfg
         self.backend = backend
         self.tokenizer = tokenizer
-        self.envs = [make(cfg.env_name, **cfg.env_kwargs) for _ in range(cfg.trainer.eval_episodes)]
+        self.envs = make_pool(
+            cfg.env_name, cfg.env_kwargs, cfg.trainer.eval_episodes, rc.pool_config()
+        )
         self.seeds = [EVAL_SEED_BASE + k for k in range(cfg.trainer.eval_episodes)]
         self.sampling = Sampling(
             max_new_tokens=rc.max_new_tokens,
@@ -252,8 +257,8 @@ def train(cfg: RunConfig, out_dir: str | Path) -> dict[str, float]:
     rng = np.random.default_rng(tc.seed)
     device = _device(tc.device)
 
-    envs = [make(cfg.env_name, **cfg.env_kwargs) for _ in range(rc.n_tasks * rc.group_size)]
-    model, tokenizer = _build_model(cfg, envs, rng, resume_from)
+    envs = make_pool(cfg.env_name, cfg.env_kwargs, rc.n_tasks * rc.group_size, rc.pool_config())
+    model, tokenizer = _build_model(cfg, rng, resume_from)
     model.to(device)
     backend = make_backend(cfg, model, tokenizer, out_dir)
     learner = Learner(
@@ -404,4 +409,7 @@ def train(cfg: RunConfig, out_dir: str | Path) -> dict[str, float]:
             path = save_checkpoint(model, tokenizer, learner, cfg, out_dir, it + 1, rng)
             log.info("saved checkpoint %s", path)
     writer.close()
+    envs.close()
+    if evaluator is not None:
+        evaluator.envs.close()
     return metrics

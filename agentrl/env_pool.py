@@ -1,0 +1,352 @@
+"""Environments of a batch, stepped together: in this process or in a pool of worker processes.
+
+The rollout loop talks to an :class:`EnvPool` instead of a list of environments:
+``reset(jobs)`` and ``step(jobs)`` take one entry per environment index and return the results
+in the same order. Two implementations:
+
+- :class:`InlinePool`: the environments live in this process and step one after another. Right
+  for cheap environments (Sokoban steps in microseconds; a process hop would cost more).
+- :class:`ProcessPool`: ``W`` worker processes (``multiprocessing``, spawn context) each own the
+  environments ``j`` with ``j % W == w``; a batch step sends every worker its share at once and
+  gathers the answers, so slow environments (ALFWorld's text engine) step in parallel.
+
+A worker that dies (crash, ``os._exit``, out of memory) or stops answering within
+``step_timeout_s`` is replaced by a fresh process that rebuilds its environments; every episode
+that was running on it is reported as *truncated* (reward 0, ``info["worker_error"]`` says why)
+and the run goes on. Those environments are reset normally at the next episode.
+
+:func:`make_pool` picks the pool from :class:`PoolConfig` (``rollout.env_pool`` /
+``rollout.env_workers``): ``auto`` uses processes for environments registered with
+``parallel=True`` and the inline pool otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing as mp
+import os
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from typing import Any, Literal
+
+log = logging.getLogger(__name__)
+
+StepResult = tuple[str, float, bool, bool, dict[str, Any]]
+"""``(obs, reward, terminated, truncated, info)`` as ``gymnasium.Env.step`` returns it."""
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """Where the environments of a batch run."""
+
+    kind: Literal["auto", "inline", "process"] = "auto"
+    """``inline``: in this process; ``process``: worker processes; ``auto``: processes for
+    environments registered with ``parallel=True`` (ALFWorld, WebShop), inline otherwise."""
+    workers: int = 0
+    """Worker processes; 0 = one per CPU core (at most one per environment)."""
+    step_timeout_s: float = 300.0
+    """A worker silent for this long is presumed hung: it is killed and replaced."""
+
+
+class EnvPool:
+    """Common interface: ``len(pool)`` environments addressed by index."""
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def reset(
+        self, jobs: Sequence[tuple[int, int | None, dict | None]]
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """Reset environment ``j`` with ``seed`` and ``options`` for each ``(j, seed, options)``."""
+        raise NotImplementedError
+
+    def step(self, jobs: Sequence[tuple[int, str]]) -> list[StepResult]:
+        """Step environment ``j`` with ``action`` for each ``(j, action)``."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> EnvPool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def lost_episode(last: tuple[str, dict[str, Any]] | None, why: str) -> StepResult:
+    """What a step reports when its environment (or worker) failed: the episode is truncated
+    with reward 0 at the last observation, and ``info["worker_error"]`` says why."""
+    obs, info = last or ("", {})
+    info = {**info, "won": False, "action_valid": False, "executed_action": None}
+    info["worker_error"] = why
+    return obs, 0.0, False, True, info
+
+
+class InlinePool(EnvPool):
+    """The environments in this process (a list of ``gymnasium.Env``)."""
+
+    def __init__(self, envs: Sequence[Any]):
+        self.envs = list(envs)
+        self._last: dict[int, tuple[str, dict[str, Any]]] = {}
+
+    def __len__(self) -> int:
+        return len(self.envs)
+
+    def reset(self, jobs):
+        out = []
+        for j, seed, options in jobs:
+            out.append(self.envs[j].reset(seed=seed, options=options))
+            self._last[j] = out[-1]
+        return out
+
+    def step(self, jobs):
+        out = []
+        for j, action in jobs:
+            try:
+                res = self.envs[j].step(action)
+            except Exception:  # an env bug must not stop the run: truncate this episode
+                log.warning("environment %d raised in step; episode truncated", j, exc_info=True)
+                res = lost_episode(self._last.get(j), traceback.format_exc())
+            self._last[j] = (res[0], res[4])
+            out.append(res)
+        return out
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+def _worker_main(conn: Connection, name: str, kwargs: dict, count: int, module: str) -> None:
+    """A worker's loop: build ``count`` environments, then answer commands until ``close``."""
+    import importlib
+
+    from agentrl.registry import make
+
+    if module:  # registers environments defined outside agentrl (e.g. a user's module)
+        importlib.import_module(module)
+
+    envs = [make(name, **kwargs) for _ in range(count)]
+    conn.send(("ready", None))
+    while True:
+        try:
+            cmd, payload = conn.recv()
+        except (EOFError, OSError):
+            return
+        if cmd == "close":
+            for env in envs:
+                env.close()
+            return
+        out = []
+        for k, *args in payload:
+            try:
+                if cmd == "reset":
+                    out.append(("ok", envs[k].reset(seed=args[0], options=args[1])))
+                else:
+                    out.append(("ok", envs[k].step(args[0])))
+            except Exception:  # an env bug: report it for this env, keep the others going
+                out.append(("error", traceback.format_exc()))
+        conn.send(("ok", out))
+
+
+class WorkerDied(RuntimeError):
+    """A worker process exited or hung; the pool has already replaced it."""
+
+
+class _Worker:
+    def __init__(self, ctx, name: str, kwargs: dict, count: int, module: str, timeout: float):
+        self.args = (name, kwargs, count, module)
+        self.ctx = ctx
+        self.timeout = timeout
+        self._start()
+
+    def _start(self) -> None:
+        parent, child = self.ctx.Pipe()
+        self.proc = self.ctx.Process(
+            target=_worker_main, args=(child, *self.args), daemon=True, name="agentrl-env"
+        )
+        # Hash-ordered sets decide the order of some engines' text (textworld lists facts in
+        # set order): a fixed hash seed makes every worker describe a state the same way.
+        saved = os.environ.get("PYTHONHASHSEED")
+        os.environ["PYTHONHASHSEED"] = saved or "0"
+        try:
+            self.proc.start()
+        finally:
+            if saved is None:
+                del os.environ["PYTHONHASHSEED"]
+        child.close()
+        self.conn = parent
+        self.pending = False
+        status, _ = self._recv()
+        if status != "ready":  # pragma: no cover - _recv raises before this
+            raise WorkerDied("worker failed to start")
+
+    def restart(self) -> None:
+        self.kill()
+        self._start()
+
+    def kill(self) -> None:
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(timeout=5)
+        self.conn.close()
+
+    def send(self, cmd: str, payload: Any) -> None:
+        try:
+            self.conn.send((cmd, payload))
+            self.pending = True
+        except (BrokenPipeError, OSError) as exc:
+            raise WorkerDied(f"worker pid {self.proc.pid} is gone ({exc})") from exc
+
+    def _recv(self) -> tuple[str, Any]:
+        if not self.conn.poll(self.timeout):
+            raise WorkerDied(f"worker pid {self.proc.pid} did not answer in {self.timeout:.0f} s")
+        try:
+            msg = self.conn.recv()
+        except (EOFError, OSError) as exc:
+            code = self.proc.exitcode
+            raise WorkerDied(f"worker pid {self.proc.pid} died (exit code {code})") from exc
+        self.pending = False
+        return msg
+
+
+class ProcessPool(EnvPool):
+    """``n`` environments ``make(name, **kwargs)`` spread over worker processes."""
+
+    def __init__(
+        self,
+        name: str,
+        kwargs: dict | None,
+        n: int,
+        workers: int = 0,
+        step_timeout_s: float = 300.0,
+    ):
+        self.n = n
+        self.name = name
+        self.kwargs = dict(kwargs or {})
+        w = workers or (os.cpu_count() or 1)
+        self.w = max(1, min(w, n))
+        # spawn: a forked child of a process holding torch threads can deadlock.
+        ctx = mp.get_context("spawn")
+        sizes = [len(range(k, n, self.w)) for k in range(self.w)]
+        module = _defining_module(name)
+        self.workers = [_Worker(ctx, name, self.kwargs, c, module, step_timeout_s) for c in sizes]
+        self._last: dict[int, tuple[str, dict[str, Any]]] = {}
+        self.restarts = 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    def _run(self, cmd: str, jobs: Sequence[tuple]) -> tuple[list[Any], dict[int, str]]:
+        """Send each worker its jobs, gather the answers; returns (results, failed workers)."""
+        per: dict[int, list[tuple[int, tuple]]] = {}
+        for pos, job in enumerate(jobs):
+            j = job[0]
+            if not 0 <= j < self.n:
+                raise IndexError(f"environment index {j} out of range (pool of {self.n})")
+            per.setdefault(j % self.w, []).append((pos, (j // self.w, *job[1:])))
+        results: list[Any] = [None] * len(jobs)
+        failed: dict[int, str] = {}
+        for wid, items in per.items():
+            try:
+                self.workers[wid].send(cmd, [payload for _, payload in items])
+            except WorkerDied as exc:
+                failed[wid] = str(exc)
+        waiting = {self.workers[w].conn: w for w in per if w not in failed}
+        while waiting:
+            ready = wait(list(waiting), timeout=max(wk.timeout for wk in self.workers))
+            if not ready:  # every remaining worker is silent past the timeout: presume hung
+                for wid in waiting.values():
+                    failed[wid] = f"worker {wid} did not answer in {self.workers[wid].timeout} s"
+                break
+            for conn in ready:
+                wid = waiting.pop(conn)
+                try:
+                    _, out = self.workers[wid]._recv()
+                except WorkerDied as exc:
+                    failed[wid] = str(exc)
+                    continue
+                for (pos, _), value in zip(per[wid], out):
+                    results[pos] = value
+        for wid, why in failed.items():
+            log.warning("env worker %d failed (%s); restarting it", wid, why)
+            self.workers[wid].restart()
+            self.restarts += 1
+        return results, failed
+
+    def reset(self, jobs):
+        jobs = list(jobs)
+        results, failed = self._run("reset", jobs)
+        if failed:  # retry once on the fresh workers; a second failure is an env bug
+            again = [k for k, job in enumerate(jobs) if job[0] % self.w in failed]
+            retry, failed2 = self._run("reset", [jobs[k] for k in again])
+            if failed2:
+                raise WorkerDied(f"reset failed twice: {sorted(failed2.values())}")
+            for k, value in zip(again, retry):
+                results[k] = value
+        out = []
+        for (j, _, _), (status, value) in zip(jobs, results):
+            if status != "ok":  # a reset that raises is an environment bug worth stopping for
+                raise RuntimeError(f"environment {j} raised in reset:\n{value}")
+            self._last[j] = value
+            out.append(value)
+        return out
+
+    def step(self, jobs):
+        jobs = list(jobs)
+        results, failed = self._run("step", jobs)
+        out: list[StepResult] = []
+        for k, (j, _) in enumerate(jobs):
+            if j % self.w in failed:
+                out.append(lost_episode(self._last.get(j), failed[j % self.w]))
+            elif results[k][0] != "ok":
+                log.warning("environment %d raised in step; episode truncated", j)
+                out.append(lost_episode(self._last.get(j), results[k][1]))
+            else:
+                value = results[k][1]
+                self._last[j] = (value[0], value[4])
+                out.append(value)
+        return out
+
+    def close(self) -> None:
+        for wk in self.workers:
+            with contextlib.suppress(BrokenPipeError, OSError):
+                wk.conn.send(("close", None))
+        for wk in self.workers:
+            wk.proc.join(timeout=5)
+            if wk.proc.is_alive():
+                wk.proc.kill()
+            wk.conn.close()
+        self.workers = []
+
+    def __del__(self) -> None:
+        if getattr(self, "workers", None):
+            for wk in self.workers:
+                if wk.proc.is_alive():
+                    wk.proc.kill()
+
+
+def _defining_module(name: str) -> str:
+    """The module a worker imports so that ``name`` is registered there too."""
+    from agentrl.registry import env_spec
+
+    entry = env_spec(name).entry_point
+    if isinstance(entry, str):
+        return entry.split(":", 1)[0]
+    return getattr(entry, "__module__", "") or ""
+
+
+def make_pool(name: str, kwargs: dict | None, n: int, cfg: PoolConfig | None = None) -> EnvPool:
+    """``n`` environments registered as ``name`` in the pool ``cfg`` asks for."""
+    from agentrl.registry import env_spec, make
+
+    cfg = cfg or PoolConfig()
+    kind = cfg.kind
+    if kind == "auto":
+        kind = "process" if env_spec(name).parallel else "inline"
+    if kind == "process":
+        return ProcessPool(name, kwargs, n, cfg.workers, cfg.step_timeout_s)
+    return InlinePool([make(name, **(kwargs or {})) for _ in range(n)])

@@ -1,0 +1,50 @@
+"""A test environment that can kill, hang or break its worker on command (fault injection)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from agentrl import register_env
+from agentrl.env_api import TextEnv, Transition
+
+
+class CrashyEnv(TextEnv):
+    """Counts valid "tick" actions; "die" kills the process, "hang" sleeps, "raise" raises."""
+
+    max_steps = 6
+
+    def _reset(self, options):
+        self.ticks = 0
+        self.pid = os.getpid()
+        return "tick away"
+
+    def _step(self, action):
+        if action == "die":
+            os._exit(3)
+        if action == "hang":
+            time.sleep(3600)
+        if action == "raise":
+            raise RuntimeError("environment bug")
+        if action != "tick":
+            return Transition("?", 0.0, False, action_valid=False, executed_action=None)
+        self.ticks += 1
+        return Transition(f"ticks={self.ticks}", 1.0, self.ticks >= 3, True, "tick")
+
+    def _anchor(self):
+        return self.ticks
+
+    def _won(self):
+        return self.ticks >= 3
+
+    def _admissible(self):
+        return ["tick"]
+
+    def _task(self):
+        return "Tick three times."
+
+    def _extra_info(self):
+        return {"pid": self.pid}
+
+
+register_env("crashy", "agentrl-test/Crashy-v0", entry_point=CrashyEnv, parallel=True)

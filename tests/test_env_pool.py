@@ -1,0 +1,81 @@
+"""Environment pools: the process pool steps like the inline one, and survives dying workers."""
+
+from __future__ import annotations
+
+import crashy_env  # noqa: F401 - registers "crashy"
+import pytest
+
+from agentrl.env_pool import InlinePool, ProcessPool, make_pool
+from agentrl.registry import make
+
+
+def _play(pool, seeds, actions_per_step):
+    out = [pool.reset([(j, s, None) for j, s in enumerate(seeds)])]
+    for actions in actions_per_step:
+        out.append(pool.step(list(enumerate(actions))))
+    return out
+
+
+def test_process_pool_matches_inline_pool_on_sokoban():
+    seeds = [3, 3, 4, 5, 6]
+    moves = [["up", "left", "down", "right", "bogus"], ["left"] * 5, ["down", "up"] * 2 + ["x"]]
+    inline = InlinePool([make("sokoban") for _ in seeds])
+    with ProcessPool("sokoban", {}, len(seeds), workers=2) as pool:
+        assert pool.w == 2
+        got = _play(pool, seeds, moves)
+    want = _play(inline, seeds, moves)
+    assert got == want
+
+
+def test_auto_pool_choice_follows_registration():
+    assert isinstance(make_pool("sokoban", {}, 2), InlinePool)
+    pool = make_pool("crashy", {}, 2)
+    try:
+        assert isinstance(pool, ProcessPool)
+    finally:
+        pool.close()
+
+
+def test_dead_worker_is_replaced_and_its_episodes_truncated():
+    with ProcessPool("crashy", {}, 4, workers=2) as pool:
+        first = pool.reset([(j, j, None) for j in range(4)])
+        pids = {j: info["pid"] for j, (_, info) in enumerate(first)}
+        assert pids[0] == pids[2] != pids[1] == pids[3]  # env j lives on worker j % 2
+        res = pool.step([(0, "tick"), (1, "die"), (2, "tick"), (3, "tick")])
+        # Worker 0 carried on; worker 1 died: both its episodes (1 and 3) end truncated.
+        assert [r[0] for r in res] == ["ticks=1", "tick away", "ticks=1", "tick away"]
+        assert [r[3] for r in res] == [False, True, False, True]
+        assert res[1][1] == 0.0 and "exit code 3" in res[1][4]["worker_error"]
+        assert res[3][4]["won"] is False and "worker_error" in res[3][4]
+        assert pool.restarts == 1
+        # The run goes on: the replacement worker plays new episodes.
+        again = pool.reset([(1, 7, None), (3, 8, None)])
+        assert again[0][1]["pid"] != pids[1]
+        res = pool.step([(0, "tick"), (1, "tick"), (2, "tick"), (3, "tick")])
+        assert [r[0] for r in res] == ["ticks=2", "ticks=1", "ticks=2", "ticks=1"]
+
+
+def test_hung_worker_is_killed_after_the_timeout():
+    with ProcessPool("crashy", {}, 2, workers=2, step_timeout_s=1.0) as pool:
+        pool.reset([(0, 0, None), (1, 1, None)])
+        res = pool.step([(0, "hang"), (1, "tick")])
+        assert res[0][3] is True and "did not answer" in res[0][4]["worker_error"]
+        assert res[1][0] == "ticks=1" and res[1][3] is False
+        assert pool.restarts == 1
+        assert pool.reset([(0, 2, None)])[0][0] == "tick away"
+
+
+@pytest.mark.parametrize("kind", ["inline", "process"])
+def test_env_exception_truncates_only_that_episode(kind):
+    pool = (
+        make_pool("crashy", {}, 2, None)
+        if kind == "process"
+        else InlinePool([make("crashy") for _ in range(2)])
+    )
+    try:
+        pool.reset([(0, 0, None), (1, 1, None)])
+        res = pool.step([(0, "raise"), (1, "tick")])
+        assert res[0][3] is True and "environment bug" in res[0][4]["worker_error"]
+        assert res[1][0] == "ticks=1"
+    finally:
+        pool.close()
