@@ -2,4 +2,4 @@
 
 from __future__ import annotations
 
-from agentrl.envs import sokoban  # noqa: F401 - registers "sokoban"
+from agentrl.envs import alfworld, sokoban  # noqa: F401 - registers "alfworld", "sokoban"

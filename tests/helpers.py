@@ -2,7 +2,27 @@
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
+import agentrl
 from agentrl.batch import Step, StepBatch, Trajectory, TrajectoryGroup
+
+# Generated ALFWorld games for tests: few per split, cached across runs (generation is
+# deterministic for a seed, so a stale cache cannot differ from a fresh one).
+ALFWORLD_TEST_CACHE = str(Path(tempfile.gettempdir()) / "agentrl-test-alfworld")
+ENV_TEST_KWARGS: dict[str, dict] = {
+    "alfworld": {"generated_games": 2, "cache_dir": ALFWORLD_TEST_CACHE, "progress": False},
+}
+
+
+def make_env(name: str, **kwargs):
+    """``agentrl.make(name)`` with the small test settings of environments that need them."""
+    if name == "alfworld":
+        import pytest
+
+        pytest.importorskip("alfworld", reason="the alfworld extra is not installed")
+    return agentrl.make(name, **{**ENV_TEST_KWARGS.get(name, {}), **kwargs})
 
 
 def make_groups(spec: list[list[list[tuple]]]) -> list[TrajectoryGroup]:
@@ -35,3 +55,13 @@ def make_groups(spec: list[list[list[tuple]]]) -> list[TrajectoryGroup]:
 
 def make_batch(spec) -> StepBatch:
     return StepBatch.from_groups(make_groups(spec))
+
+
+def alfworld_games(n: int = 6, split: str = "train") -> list[str]:
+    """``n`` generated ALFWorld games (task types cycled, so 6 cover all six), cached."""
+    import pytest
+
+    pytest.importorskip("alfworld", reason="the alfworld extra is not installed")
+    from agentrl.envs.alfworld.data import generated_games
+
+    return generated_games(ALFWORLD_TEST_CACHE, split, n, 0, (1, 2, 3, 4, 5, 6), progress=False)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import make_env
 
 import agentrl
 from agentrl.env_api import INFO_KEYS, STEP_INFO_KEYS, TextEnv
@@ -56,7 +57,7 @@ def test_some_environment_is_registered():
 
 @pytest.mark.parametrize("name", ENV_NAMES)
 def test_types_and_info_keys(name):
-    env = agentrl.make(name)
+    env = make_env(name)
     assert isinstance(env.unwrapped, TextEnv)
     obs, info = env.reset(seed=3)
     assert isinstance(obs, str) and obs
@@ -74,7 +75,7 @@ def test_types_and_info_keys(name):
 
 
 def _rollout(name: str, seed: int, n: int = 40) -> list:
-    env = agentrl.make(name)
+    env = make_env(name)
     obs, info = env.reset(seed=seed)
     rng = np.random.default_rng(seed)
     trace = [(obs, info["anchor"], info["admissible_actions"])]
@@ -96,7 +97,7 @@ def test_twin_rollouts_identical(name):
 @pytest.mark.parametrize("name", ENV_NAMES)
 @pytest.mark.parametrize("bad", GARBAGE, ids=range(len(GARBAGE)))
 def test_garbage_actions_are_invalid_and_never_raise(name, bad):
-    env = agentrl.make(name)
+    env = make_env(name)
     _, info = env.reset(seed=5)
     anchor = info["anchor"]
     _, reward, terminated, _, info2 = env.step(bad)
@@ -109,7 +110,7 @@ def test_garbage_actions_are_invalid_and_never_raise(name, bad):
 
 @pytest.mark.parametrize("name", ENV_NAMES)
 def test_non_string_actions_never_raise(name):
-    env = agentrl.make(name)
+    env = make_env(name)
     env.reset(seed=1)
     for bad in (None, 3, b"up"):
         _, _, term, _, info = env.step(bad)  # type: ignore[arg-type]
@@ -120,7 +121,7 @@ def test_non_string_actions_never_raise(name):
 @pytest.mark.parametrize("name", ENV_NAMES)
 def test_case_and_whitespace_variants(name):
     """Variants of a real action are invalid, or accepted as exactly that canonical action."""
-    env = agentrl.make(name)
+    env = make_env(name)
     _, info = env.reset(seed=2)
     action = _policy_action(info, np.random.default_rng(0))
     for variant in (action.upper(), f"  {action}\n", action.swapcase(), f"\t{action.title()} "):
@@ -134,7 +135,7 @@ def test_case_and_whitespace_variants(name):
 
 @pytest.mark.parametrize("name", ENV_NAMES)
 def test_truncated_at_step_limit_and_terminated_only_on_true_end(name):
-    env = agentrl.make(name)
+    env = make_env(name)
     limit = env.unwrapped.max_steps
     # Invalid actions never finish the task, so the episode must run exactly to the limit.
     env.reset(seed=0)

@@ -1,0 +1,168 @@
+"""ALFWorld engine speed: agentrl's :class:`FastEngine` against the stock textworld engine.
+
+Both engines play the same generated games in the same process. Per engine it measures
+
+- load + first reset of a game (the stock engine translates the PDDL problem on every load and
+  every reset; the fast engine caches the translation per process, so its first load is
+  reported cold (caches cleared) and its later resets warm);
+- a reset of an already loaded game;
+- steps/s with random admissible commands (the same seeded sequence for both engines; both
+  engines produce identical transcripts, which the benchmark also checks), resets excluded;
+- steps/s of the whole environment (``ALFWorldEnv.step`` on the fast engine: action matching and
+  info included).
+
+Writes the ``## ALFWorld`` section of ``results/env_speed.md``; run as part of
+``python -m agentrl.bench env-speed``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agentrl.bench._report import cpu_name, version
+
+SECTION = "ALFWorld"
+
+
+def _clear_caches() -> None:
+    from agentrl.envs.alfworld import engine
+
+    engine._translate.cache_clear()
+    engine._game_logic.cache_clear()
+    engine._parse_symbols.cache_clear()
+    engine._parse_query.cache_clear()
+
+
+def _play(engine, games: list[str], n_steps: int, seed: int) -> dict[str, Any]:
+    """Time loads, resets and random-admissible steps; return timings and the transcript."""
+    rng = np.random.default_rng(seed)
+    load_s, reset_s, step_s = [], [], 0.0
+    steps = 0
+    transcript = []
+    per_game = max(1, n_steps // len(games))
+    for g in games:
+        t0 = time.perf_counter()
+        engine.load(g)
+        st = engine.reset()
+        load_s.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        st = engine.reset()
+        reset_s.append(time.perf_counter() - t0)
+        transcript.append(st)
+        for _ in range(per_game):
+            if st.done:
+                st = engine.reset()
+                transcript.append(st)
+            cmd = st.admissible_commands[int(rng.integers(len(st.admissible_commands)))]
+            t0 = time.perf_counter()
+            st = engine.step(cmd)
+            step_s += time.perf_counter() - t0
+            steps += 1
+            transcript.append(st)
+    return {
+        "load_s": np.array(load_s),
+        "reset_s": np.array(reset_s),
+        "steps_per_s": steps / step_s,
+        "steps": steps,
+        "transcript": transcript,
+    }
+
+
+def _env_steps_per_s(games_cfg: dict, n_steps: int, seed: int) -> float:
+    from agentrl.envs.alfworld.env import ALFWorldEnv
+
+    env = ALFWorldEnv(**games_cfg)
+    rng = np.random.default_rng(seed)
+    obs, info = env.reset(seed=seed)
+    total, done = 0.0, False
+    for _ in range(n_steps):
+        if done:
+            obs, info = env.reset(seed=int(rng.integers(1 << 30)))
+        adm = info["admissible_actions"]
+        t0 = time.perf_counter()
+        obs, _, term, trunc, info = env.step(adm[int(rng.integers(len(adm)))])
+        total += time.perf_counter() - t0
+        done = term or trunc
+    return n_steps / total
+
+
+def run(
+    out_dir: str | os.PathLike = "results",
+    n_games: int = 12,
+    n_steps: int = 600,
+    quick: bool = False,
+    log: Callable[[str], Any] = print,
+) -> dict[str, Any]:
+    from agentrl.bench.env_speed import FILE_PREAMBLE, update_markdown_section
+
+    try:
+        from agentrl.envs.alfworld import data
+        from agentrl.envs.alfworld.engine import FastEngine, StockEngine
+    except ImportError as exc:  # pragma: no cover - optional extra
+        log(f"[env-speed] ALFWorld skipped: {exc}")
+        return {}
+    if quick:
+        n_games, n_steps = 3, 60
+    cache = os.environ.get("AGENTRL_BENCH_CACHE") or os.path.join(
+        tempfile.gettempdir(), "agentrl-bench-alfworld"
+    )
+    log(f"[env-speed] ALFWorld: {n_games} generated games (cache {cache})")
+    t0 = time.perf_counter()
+    games = data.generated_games(cache, "train", n_games, 0, (1, 2, 3, 4, 5, 6), progress=False)
+    gen_s = time.perf_counter() - t0
+    log("[env-speed] ALFWorld: stock engine")
+    stock = _play(StockEngine(), games, n_steps, seed=1)
+    log("[env-speed] ALFWorld: fast engine")
+    _clear_caches()
+    fast = _play(FastEngine(), games, n_steps, seed=1)
+    identical = stock["transcript"] == fast["transcript"]
+    env_sps = _env_steps_per_s(
+        {"cache_dir": cache, "generated_games": n_games, "progress": False}, n_steps, seed=2
+    )
+    rows = []
+    for name, r in (("stock (textworld PddlEnv + alfworld wrappers)", stock), ("agentrl fast", fast)):
+        speed = r["steps_per_s"] / stock["steps_per_s"]
+        rows.append(
+            f"| {name} | {r['steps']} | {r['steps_per_s']:,.1f} | {speed:.1f}x "
+            f"| {r['load_s'].mean():.3f} | {r['reset_s'].mean() * 1e3:.1f} |"
+        )
+    rows.append(f"| agentrl `ALFWorldEnv.step` (fast engine, whole env) | {n_steps} "
+                f"| {env_sps:,.1f} | {env_sps / stock['steps_per_s']:.1f}x | - | - |")  # fmt: skip
+    today = datetime.date.today().isoformat()
+    versions = ", ".join(f"{d} {version(d)}" for d in ("agentrl", "alfworld", "textworld"))
+    body = "\n".join(
+        [
+            f"Machine: {os.cpu_count()} CPU cores ({cpu_name()}), no GPU; "
+            f"Python {platform.python_version()}. Date: {today}.  ",
+            f"Versions: {versions}.  ",
+            "Reproduce: `python -m agentrl.bench env-speed`"
+            + (" (this was a `--quick` smoke run)." if quick else "."),
+            "",
+            f"Games: {len(games)} generated games (all six task types; `agentrl.envs.alfworld."
+            f"generate`, seed 0; generating them took {gen_s:.0f} s, or 0 s when cached), "
+            "played by both engines in one process. Steps: random admissible commands, the "
+            "same seeded sequence for both engines, resets excluded. Load: `load(game)` + "
+            "first `reset()` (the fast engine's caches cleared first, so this is its cold "
+            "load). Reset: a `reset()` of the loaded game. Transcripts (observation, score, "
+            f"done, won, admissible commands, location, inventory) identical: "
+            f"**{'yes' if identical else 'NO'}** over {len(stock['transcript'])} states.",
+            "",
+            "| engine | steps | steps/s | speed-up | load + reset s | reset ms |",
+            "|---|---:|---:|---:|---:|---:|",
+            *rows,
+        ]
+    )
+    path = Path(out_dir) / "env_speed.md"
+    update_markdown_section(path, SECTION, body, FILE_PREAMBLE)
+    for r in rows:
+        log("  " + r)
+    return {"stock": stock, "fast": fast, "identical": identical, "env_steps_per_s": env_sps}

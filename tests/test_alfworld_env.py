@@ -1,0 +1,199 @@
+"""``env=alfworld``: games from official-format data or generated games, rewards, info, errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import ALFWORLD_TEST_CACHE, ENV_TEST_KWARGS, alfworld_games, make_env
+
+pytest.importorskip("alfworld")
+
+from agentrl.configuration import ConfigError
+from agentrl.envs.alfworld.data import UNSEEN_SCENES, ALFWorldDataError
+
+
+def _json(path) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+@pytest.fixture(scope="module")
+def games():
+    return alfworld_games(6)
+
+
+def test_walkthroughs_win_through_make(games):
+    env = make_env("alfworld")
+    for game in games:
+        obs, info = env.reset(seed=0, options={"gamefile": game})
+        traj = _json(Path(game).parent / "traj_data.json")
+        assert info["task_type"] == traj["task_type"]
+        assert info["gamefile"] == game
+        assert info["task"].startswith("Your task is to: ") and info["task"] in obs
+        total = 0.0
+        for cmd in _json(game)["walkthrough"]:
+            assert cmd in info["admissible_actions"]
+            obs, reward, term, trunc, info = env.step(cmd)
+            total += reward
+            assert info["action_valid"] and info["executed_action"] == cmd
+            assert not trunc
+        assert term and info["won"] and total == 10.0, game
+
+
+def test_actions_match_ignoring_case_spaces_and_final_period(games):
+    env = make_env("alfworld")
+    _, info = env.reset(seed=0, options={"gamefile": games[0]})
+    cmd = _json(games[0])["walkthrough"][0]  # e.g. "go to cabinet 3"
+    _, _, _, _, info = env.step("  " + cmd.upper().replace(" ", "   ") + ".")
+    assert info["action_valid"] and info["executed_action"] == cmd
+
+
+def test_invalid_action_says_nothing_happens_and_keeps_the_state(games):
+    env = make_env("alfworld")
+    _, info0 = env.reset(seed=0, options={"gamefile": games[0]})
+    obs, reward, term, trunc, info = env.step("fly to the moon")
+    assert obs == "Nothing happens." and reward == 0.0 and not term and not trunc
+    assert info["action_valid"] is False and info["executed_action"] is None
+    assert info["admissible_actions"] == info0["admissible_actions"]
+
+
+def test_anchor_tells_apart_states_with_the_same_text(games):
+    """ "inventory" at two places: the same text, different states, different anchors; an
+    invalid action keeps the anchor (the state did not change)."""
+    env = make_env("alfworld")
+    env.reset(seed=0, options={"gamefile": games[0]})
+    obs_a, _, _, _, a = env.step("inventory")
+    env.step(_json(games[0])["walkthrough"][0])  # go somewhere
+    obs_b, _, _, _, b = env.step("inventory")
+    assert obs_a == obs_b == "You are not carrying anything."
+    assert a["anchor"][0] == b["anchor"][0] and a["anchor"] != b["anchor"]
+    _, _, _, _, c = env.step("xyzzy")
+    assert c["anchor"] == b["anchor"]
+    env.reset(seed=0, options={"gamefile": games[0]})
+    _, _, _, _, d = env.step("inventory")
+    assert d["anchor"] == a["anchor"]  # same state, same key
+
+
+def test_seed_picks_the_game_and_eval_uses_its_own_split():
+    env = make_env("alfworld")
+    _, train = env.reset(seed=1)
+    _, train_again = env.reset(seed=1)
+    assert train["gamefile"] == train_again["gamefile"]
+    assert train["generated"] is True
+    _, ev = env.reset(seed=1, options={"split": "eval"})
+    assert "/valid_seen/" in ev["gamefile"] and "/train/" in train["gamefile"]
+    for seed in range(4):
+        _, unseen = env.reset(seed=seed, options={"split": "valid_unseen"})
+        scene = _json(Path(unseen["gamefile"]).parent / "traj_data.json")["scene"]["scene_num"]
+        assert scene in UNSEEN_SCENES
+    for seed in range(4):
+        _, seen = env.reset(seed=seed, options={"split": "eval"})
+        scene = _json(Path(seen["gamefile"]).parent / "traj_data.json")["scene"]["scene_num"]
+        assert scene not in UNSEEN_SCENES
+
+
+def _official_tree(root: Path, games: list[str]) -> Path:
+    """An official-format ``json_2.1.1`` tree holding copies of generated games."""
+    for split in ("train", "valid_seen", "valid_unseen"):
+        for g in games:
+            trial = Path(g).parent
+            dest = root / "json_2.1.1" / split / trial.parent.name / trial.name
+            shutil.copytree(trial, dest)
+    return root
+
+
+def test_official_data_loads_with_task_type_filter(tmp_path, games):
+    root = _official_tree(tmp_path / "alfworld", games)
+    env = make_env("alfworld", data_dir=str(root), task_types=(1,))
+    seen = set()
+    for seed in range(6):
+        _, info = env.reset(seed=seed, options={"split": "eval"})
+        assert info["generated"] is False
+        assert str(root / "json_2.1.1" / "valid_seen") in info["gamefile"]
+        seen.add(info["task_type"])
+    assert seen == {"pick_and_place_simple"}
+
+
+def test_official_data_from_the_environment_variable(tmp_path, games, monkeypatch):
+    root = _official_tree(tmp_path / "data", games[:2])
+    monkeypatch.setenv("ALFWORLD_DATA", str(root))
+    env = make_env("alfworld", cache_dir=str(tmp_path / "unused"))
+    _, info = env.reset(seed=0)
+    assert info["generated"] is False and str(root) in info["gamefile"]
+    assert not (tmp_path / "unused").exists()  # nothing was generated
+
+
+def test_missing_or_partial_data_gives_one_clear_error(tmp_path, games):
+    with pytest.raises(ALFWorldDataError, match="alfworld-download") as err:
+        make_env("alfworld", data_dir=str(tmp_path / "nowhere")).reset(seed=0)
+    assert "json_2.1.1" in str(err.value)
+    partial = tmp_path / "partial" / "json_2.1.1"
+    for split in ("train", "valid_seen"):
+        (partial / split).mkdir(parents=True)
+    with pytest.raises(ALFWorldDataError, match="valid_unseen"):
+        make_env("alfworld", data_dir=str(tmp_path / "partial")).reset(seed=0)
+    (partial / "valid_unseen").mkdir()
+    trial = partial / "train" / "task" / "trial_1"
+    trial.mkdir(parents=True)
+    shutil.copy(Path(games[0]).parent / "traj_data.json", trial)  # json without game.tw-pddl
+    with pytest.raises(ALFWorldDataError, match="no playable game"):
+        make_env("alfworld", data_dir=str(tmp_path / "partial")).reset(seed=0)
+
+
+def test_bad_config_names_the_key():
+    with pytest.raises(ConfigError, match=r"env\.task_types"):
+        make_env("alfworld", task_types=(7,))
+    with pytest.raises(ConfigError, match=r"env\.eval_split"):
+        make_env("alfworld", eval_split="test")
+    with pytest.raises(ConfigError, match="generated_gamez"):
+        make_env("alfworld", generated_gamez=3)
+
+
+def test_generated_cache_is_reused():
+    """The contract-suite settings generate once; the cache lists the same files again."""
+    make_env("alfworld").reset(seed=0)
+    marker = list(Path(ALFWORLD_TEST_CACHE).glob("*/train/complete.json"))
+    assert marker
+    listed = json.loads(marker[0].read_text())["games"]
+    assert all((marker[0].parent / p).exists() for p in listed)
+
+
+def test_training_runs_offline_on_generated_games(tmp_path):
+    """``python -m agentrl.run env=alfworld algo=grpo model=tiny trainer.steps=2``, small."""
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agentrl.run",
+            "env=alfworld",
+            "algo=grpo",
+            "model=tiny",
+            "trainer.steps=2",
+            "rollout.n_tasks=2",
+            "rollout.group_size=2",
+            "env.max_steps=3",
+            "trainer.eval_episodes=2",
+            "trainer.eval_every=1",
+            "trainer.tokenizer_episodes=2",
+            "trainer.progress=false",
+            *(f"env.{k}={v}" for k, v in ENV_TEST_KWARGS["alfworld"].items()),
+            f"trainer.out_dir={out}",
+            f"hydra.run.dir={tmp_path}/hydra",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "GENERATED games" in proc.stderr
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == [0, 1, 2]
+    assert all(0 < r["env/length"] <= 3 for r in rows[1:])
+    assert all(any(k.startswith("eval/success_") for k in r) for r in rows)
+    assert (out / "checkpoints" / "iter-000002" / "model.safetensors").exists()
