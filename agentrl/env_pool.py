@@ -168,8 +168,8 @@ class _Worker:
         self.proc = self.ctx.Process(
             target=_worker_main, args=(child, *self.args), daemon=True, name="agentrl-env"
         )
-        # Hash-ordered sets decide the order of some engines' text (textworld lists facts in
-        # set order): a fixed hash seed makes every worker describe a state the same way.
+        # A fixed hash seed: an engine that lists things in set order then describes a state
+        # the same way in every worker (and in every run).
         saved = os.environ.get("PYTHONHASHSEED")
         os.environ["PYTHONHASHSEED"] = saved or "0"
         try:

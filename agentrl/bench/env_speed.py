@@ -1,4 +1,5 @@
-"""Environment speed benchmark: Sokoban level generation and stepping, ours vs gym-sokoban.
+"""Environment speed benchmark: Sokoban (ours vs gym-sokoban) and ALFWorld (our engine vs the
+stock textworld engine, :mod:`agentrl.bench.env_speed_alfworld`).
 
 For each room setting (7x7 with 2 boxes, gym-sokoban's ``Sokoban-small-v0`` and the reference
 number, and 6x6 with 1 box, agentrl's default) it times ``reset`` (one fresh level each) and
@@ -265,4 +266,7 @@ def run(
     path = Path(out_dir) / "env_speed.md"
     update_markdown_section(path, SECTION, body, FILE_PREAMBLE)
     log(f"[env-speed] wrote {path}")
+    from agentrl.bench import env_speed_alfworld
+
+    results["alfworld"] = env_speed_alfworld.run(out_dir, quick=quick, log=log)
     return results
