@@ -207,6 +207,7 @@ class _Worker:
         try:
             msg = self.conn.recv()
         except (EOFError, OSError) as exc:
+            self.proc.join(timeout=5)  # reap it, so the exit code is known
             code = self.proc.exitcode
             raise WorkerDied(f"worker pid {self.proc.pid} died (exit code {code})") from exc
         self.pending = False

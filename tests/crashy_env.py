@@ -17,6 +17,7 @@ class CrashyEnv(TextEnv):
     def _reset(self, options):
         self.ticks = 0
         self.pid = os.getpid()
+        self.label = int(self.np_random.integers(1000))  # seeds differ, as the contract wants
         return "tick away"
 
     def _step(self, action):
@@ -32,7 +33,7 @@ class CrashyEnv(TextEnv):
         return Transition(f"ticks={self.ticks}", 1.0, self.ticks >= 3, True, "tick")
 
     def _anchor(self):
-        return self.ticks
+        return (self.label, self.ticks)
 
     def _won(self):
         return self.ticks >= 3

@@ -97,7 +97,7 @@ def test_location_and_inventory_follow_the_state(games):
     for cmd in walkthrough:
         state = fast.step(cmd)
         if cmd.startswith("go to "):
-            assert state.location == cmd.removeprefix("go to ")
+            assert cmd.removeprefix("go to ") in state.location.split(", ")
         if cmd.startswith("take "):
             assert state.inventory == (cmd.split(" from ")[0].removeprefix("take "),)
 

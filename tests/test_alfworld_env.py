@@ -197,3 +197,28 @@ def test_training_runs_offline_on_generated_games(tmp_path):
     assert all(0 < r["env/length"] <= 3 for r in rows[1:])
     assert all(any(k.startswith("eval/success_") for k in r) for r in rows)
     assert (out / "checkpoints" / "iter-000002" / "model.safetensors").exists()
+
+
+def test_process_pool_plays_alfworld_like_the_inline_pool():
+    from agentrl.env_pool import InlinePool, ProcessPool
+
+    kwargs = ENV_TEST_KWARGS["alfworld"]
+    seeds = [0, 0, 1]
+
+    def play(pool):
+        out = [pool.reset([(j, s, None) for j, s in enumerate(seeds)])]
+        infos = [info for _, info in out[0]]
+        for t in range(4):
+            jobs = [(j, info["admissible_actions"][t % len(info["admissible_actions"])])
+                    for j, info in enumerate(infos)]  # fmt: skip
+            if t == 2:
+                jobs[0] = (0, "dance")
+            res = pool.step(jobs)
+            infos = [r[4] for r in res]
+            out.append(res)
+        return out
+
+    with ProcessPool("alfworld", kwargs, 3, workers=2) as pool:
+        got = play(pool)
+    want = play(InlinePool([make_env("alfworld") for _ in seeds]))
+    assert got == want

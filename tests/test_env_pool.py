@@ -79,3 +79,33 @@ def test_env_exception_truncates_only_that_episode(kind):
         assert res[1][0] == "ticks=1"
     finally:
         pool.close()
+
+
+def test_rollout_survives_a_worker_dying_mid_batch():
+    """collect() over a process pool: the killed worker's episodes end truncated, unpenalised;
+    the other worker's episodes play on to their wins, and the run goes on."""
+    from test_rollout import ScriptedBackend
+
+    from agentrl.batch import StepBatch
+    from agentrl.model import build_tokenizer
+    from agentrl.rollout import RolloutConfig, Sampling, collect
+
+    tok = build_tokenizer(["tick away", "Tick three times.", "tick die"] * 5, 300)
+    cfg = RolloutConfig(n_tasks=2, group_size=2, invalid_penalty=0.5)
+    # Turn 1: env 1 (worker 1) kills its worker; everything else ticks.
+    backend = ScriptedBackend(["tick", "die", "tick", "tick"] + ["tick"] * 20)
+    with ProcessPool("crashy", {}, 4, workers=2) as pool:
+        groups = collect(pool, [0, 1], backend, tok, cfg, Sampling(max_new_tokens=2))
+        trajs = [t for g in groups for t in g.trajectories]
+        # Envs 1 and 3 lived on the dead worker: one truncated step each, reward 0.
+        for j in (1, 3):
+            assert len(trajs[j].steps) == 1 and trajs[j].steps[0].truncated
+            assert trajs[j].steps[0].reward == 0.0 and not trajs[j].won
+        for j in (0, 2):
+            assert trajs[j].won and len(trajs[j].steps) == 3
+        assert pool.restarts == 1
+        # The next batch runs normally on the replacement worker.
+        again = collect(pool, [2, 3], ScriptedBackend(["tick"] * 12), tok, cfg,
+                        Sampling(max_new_tokens=2))  # fmt: skip
+        assert all(t.won for g in again for t in g.trajectories)
+        assert StepBatch.from_groups(again).n_steps == 12

@@ -54,7 +54,8 @@ class EngineState:
     admissible_commands: tuple[str, ...]
     """Sorted, without duplicates (as textworld reports them)."""
     location: str
-    """The receptacle the agent is at ("" in the middle of the room)."""
+    """The receptacles at the agent's place, sorted, ", "-joined ("" in the middle of the
+    room)."""
     inventory: tuple[str, ...]
     """Names of the objects the agent holds, sorted."""
 
@@ -73,20 +74,24 @@ def require_alfworld() -> None:
 
 
 def _agent_facts(pddl_state, names: dict[str, str]) -> tuple[str, tuple[str, ...]]:
-    """(receptacle the agent is at, sorted names of held objects) from the PDDL facts."""
-    loc, held = "", []
-    at = None
+    """(where the agent is, sorted names of held objects) from the PDDL facts.
+
+    Several receptacles can share one location (drawer 1 and drawer 2 side by side), so the
+    place is every receptacle there, sorted and joined with ", " ("" in the middle of the
+    room): a description that does not depend on the order of facts in a set.
+    """
+    held, at = [], None
     for fact in pddl_state.facts:
         if fact.name == "atlocation" and fact.arguments[0].type == "agent":
             at = fact.arguments[1].name
         elif fact.name == "holds":
             held.append(names.get(fact.arguments[1].name, fact.arguments[1].name))
+    here = []
     if at is not None:
         for fact in pddl_state.facts:
             if fact.name == "receptacleatlocation" and fact.arguments[1].name == at:
-                loc = names.get(fact.arguments[0].name, fact.arguments[0].name)
-                break
-    return loc, tuple(sorted(held))
+                here.append(names.get(fact.arguments[0].name, fact.arguments[0].name))
+    return ", ".join(sorted(here)), tuple(sorted(held))
 
 
 class StockEngine:
