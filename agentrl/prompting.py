@@ -18,6 +18,11 @@ from collections.abc import Sequence
 from typing import Literal
 
 ActionFormat = Literal["tag", "plain"]
+PromptStyle = Literal["auto", "generic", "household"]
+"""``generic``: task, history, observation, admissible actions. ``household``: the layout
+verl-agent uses for ALFWorld (an embodied-agent preamble, the step count, the history as
+numbered observation/action pairs, the admissible actions as a bracketed quoted list).
+``auto``: the style the environment registered (``register_env(..., prompt_style=...)``)."""
 
 _TAG = re.compile(r"<action>(.*?)</action>", re.DOTALL | re.IGNORECASE)
 # A response longer than this cannot be a sensible action; it is rejected before the env sees it.
@@ -45,6 +50,7 @@ def build_prompt(
     admissible: Sequence[str] | None,
     step: int,
     mode: ActionFormat,
+    style: PromptStyle = "generic",
 ) -> str:
     """The user message of one turn.
 
@@ -55,7 +61,10 @@ def build_prompt(
         admissible: the admissible actions, or ``None`` when the env does not list them.
         step: the 0-based turn index (shown to the model as 1-based).
         mode: ``tag`` asks for ``<action>...</action>``, ``plain`` for the bare action.
+        style: the prompt layout (:data:`PromptStyle`; ``auto`` reads as ``generic``).
     """
+    if style == "household":
+        return _household_prompt(task, history, observation, admissible, step, mode)
     parts = [task.strip()]
     if history:
         first = step - len(history) + 1
@@ -71,4 +80,39 @@ def build_prompt(
         parts.append("Think briefly, then give your action as <action>...</action>.")
     else:
         parts.append("Answer with the action only.")
+    return "\n".join(parts)
+
+
+def _household_prompt(
+    task: str,
+    history: Sequence[tuple[str, str]],
+    observation: str,
+    admissible: Sequence[str] | None,
+    step: int,
+    mode: ActionFormat,
+) -> str:
+    """verl-agent's ALFWorld layout (in our words): who the agent is, the task, how many steps
+    were taken, the recent turns, the current observation and the admissible actions."""
+    goal = task.strip().removeprefix("Your task is to:").strip()
+    parts = [f"You are an agent acting in a simulated household (ALFRED). Your task is to: {goal}"]
+    if step:
+        parts.append(f"You have taken {step} step(s) so far.")
+    if history:
+        first = step - len(history) + 1
+        turns = "\n".join(
+            f"[Observation {first + k}: {obs.strip()!r}, Action {first + k}: {act!r}]"
+            for k, (obs, act) in enumerate(history)
+        )
+        parts.append(f"Your last {len(history)} observations and actions:\n{turns}")
+    parts.append(f"You are now at step {step + 1}; you observe: {observation.strip()}")
+    if admissible:
+        listed = ",\n ".join(f"'{a}'" for a in admissible)
+        parts.append(f"Your admissible actions now are:\n[{listed}]")
+    if mode == "tag":
+        parts.append(
+            "Reason step by step inside <think> </think>, then choose one admissible action "
+            "and write it inside <action> </action>."
+        )
+    else:
+        parts.append("Answer with one admissible action only.")
     return "\n".join(parts)

@@ -28,6 +28,8 @@ class EnvSpec:
     parallel: bool = False
     """Steps are slow enough (an external engine) that a batch should step in worker processes
     (``rollout.env_pool=auto`` then picks the process pool)."""
+    prompt_style: str = "generic"
+    """Prompt layout used when ``rollout.prompt_style=auto`` (see :mod:`agentrl.prompting`)."""
 
 
 _ENVS: dict[str, EnvSpec] = {}
@@ -39,13 +41,14 @@ def register_env(
     entry_point: str | Callable[..., gym.Env],
     config_cls: type | None = None,
     parallel: bool = False,
+    prompt_style: str = "generic",
 ) -> EnvSpec:
     """Register an environment under a short name and a gymnasium id.
 
     Raises:
         ValueError: if ``name`` or ``env_id`` is already registered to something else.
     """
-    spec = EnvSpec(name, env_id, entry_point, config_cls, parallel)
+    spec = EnvSpec(name, env_id, entry_point, config_cls, parallel, prompt_style)
     if name in _ENVS:
         if _ENVS[name] == spec:
             return spec  # re-import of the same module: harmless

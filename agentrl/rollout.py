@@ -65,6 +65,9 @@ class RolloutConfig:
     (``parallel=True``: ALFWorld), inline otherwise."""
     env_workers: int = 0
     """Worker processes of the process pool; 0 = one per CPU core."""
+    prompt_style: Literal["auto", "generic", "household"] = "auto"
+    """Prompt layout: ``auto`` = the environment's own (ALFWorld: ``household``, verl-agent's
+    layout), else ``generic``."""
     env_step_timeout_s: float = 300.0
     """A worker that does not answer within this time is killed and replaced."""
 
@@ -260,6 +263,7 @@ def collect(
                 infos[j]["admissible_actions"],
                 len(trajs[j].steps),
                 mode,
+                cfg.prompt_style,
             )
             for j in live
         ]

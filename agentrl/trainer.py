@@ -41,7 +41,7 @@ from agentrl.model import (
     save_model,
 )
 from agentrl.prompting import build_prompt
-from agentrl.registry import make
+from agentrl.registry import env_spec, make
 from agentrl.rollout import HFBackend, Sampling, collect
 from agentrl.runconfig import RunConfig
 
@@ -69,6 +69,7 @@ def tokenizer_corpus(env, cfg: RunConfig, rng: np.random.Generator) -> list[str]
                     acts,
                     len(history),
                     cfg.rollout.action_format,
+                    cfg.rollout.prompt_style,
                 )
             )
             action = str(acts[int(rng.integers(len(acts)))])
@@ -246,6 +247,9 @@ def train(cfg: RunConfig, out_dir: str | Path) -> dict[str, float]:
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    if cfg.rollout.prompt_style == "auto":  # the environment's own prompt layout
+        style = env_spec(cfg.env_name).prompt_style
+        cfg = replace(cfg, rollout=replace(cfg.rollout, prompt_style=style))
     tc, rc = cfg.trainer, cfg.rollout
     resume_from = _latest_checkpoint(out_dir) if tc.resume else None
     if tc.resume and resume_from is None:

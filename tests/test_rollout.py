@@ -134,3 +134,34 @@ def test_entry_point_plugins_register_environments(monkeypatch):
     assert "plugin-guess" in agentrl.list_envs()
     _, info = agentrl.make("plugin-guess").reset(seed=0)
     assert info["task"] == "Find the secret number."
+
+
+def test_household_prompt_lists_steps_history_and_admissible_actions():
+    p = build_prompt(
+        "Your task is to: put a clean apple in fridge.",
+        [("You arrive at fridge 1.", "open fridge 1")],
+        "You open the fridge 1.",
+        ["close fridge 1", "go to sinkbasin 1"],
+        3,
+        "tag",
+        "household",
+    )
+    assert "Your task is to: put a clean apple in fridge." in p
+    assert "You have taken 3 step(s)" in p
+    assert "[Observation 3: 'You arrive at fridge 1.', Action 3: 'open fridge 1']" in p
+    assert "at step 4; you observe: You open the fridge 1." in p
+    assert "['close fridge 1',\n 'go to sinkbasin 1']" in p
+    assert p.endswith("write it inside <action> </action>.")
+    plain = build_prompt("Your task is to: x.", [], "obs", ["look"], 0, "plain", "household")
+    assert "step(s) so far" not in plain and plain.endswith("one admissible action only.")
+    # auto without an environment to ask is the generic layout
+    assert build_prompt("T.", [], "o", None, 0, "plain", "auto") == build_prompt(
+        "T.", [], "o", None, 0, "plain"
+    )
+
+
+def test_alfworld_registers_the_household_prompt():
+    from agentrl.registry import env_spec
+
+    assert env_spec("alfworld").prompt_style == "household"
+    assert env_spec("sokoban").prompt_style == "generic"

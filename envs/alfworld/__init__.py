@@ -14,4 +14,5 @@ register_env(
     entry_point="agentrl.envs.alfworld.env:ALFWorldEnv",
     config_cls=ALFWorldConfig,
     parallel=True,
+    prompt_style="household",
 )
