@@ -66,6 +66,9 @@ class EstimatorSpec:
     learner_hints: tuple[tuple[str, Any], ...] = ()
     """Learner settings the method is designed for (``learner.<key>=<value>``); the trainer
     warns when the run's learner config differs, benchmarks apply them."""
+    driver: str | None = None
+    """``"module:Class"`` of a rollout driver that replaces the plain episode rollout (AC2's
+    prefix/chunk sampling with a critic); None for estimators over ordinary episodes."""
 
 
 _ESTIMATORS: dict[str, EstimatorSpec] = {}
@@ -82,6 +85,7 @@ def register_estimator(
     needs_graph: bool = False,
     needs_scorer: bool = False,
     learner_hints: Mapping[str, Any] | None = None,
+    driver: str | None = None,
 ) -> Callable[[Estimator], Estimator]:
     """Decorator registering an estimator under ``name`` with its config dataclass."""
 
@@ -89,7 +93,9 @@ def register_estimator(
         if name in _ESTIMATORS:
             raise ValueError(f"estimator {name!r} is already registered")
         hints = tuple(sorted((learner_hints or {}).items()))
-        _ESTIMATORS[name] = EstimatorSpec(name, fn, config, needs_graph, needs_scorer, hints)
+        _ESTIMATORS[name] = EstimatorSpec(
+            name, fn, config, needs_graph, needs_scorer, hints, driver
+        )
         return fn
 
     return deco

@@ -349,5 +349,12 @@ def make_pool(name: str, kwargs: dict | None, n: int, cfg: PoolConfig | None = N
     if kind == "auto":
         kind = "process" if env_spec(name).parallel else "inline"
     if kind == "process":
+        # An environment may need one-off work (finding or generating its data) that should
+        # happen once here rather than in every worker: it offers ``prepare()``.
+        probe = make(name, **(kwargs or {}))
+        prepare = getattr(probe.unwrapped, "prepare", None)
+        if callable(prepare):
+            prepare()
+        probe.close()
         return ProcessPool(name, kwargs, n, cfg.workers, cfg.step_timeout_s)
     return InlinePool([make(name, **(kwargs or {})) for _ in range(n)])

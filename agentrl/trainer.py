@@ -16,6 +16,7 @@ checkpoint left it.
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import time
@@ -162,6 +163,7 @@ def save_checkpoint(
     out_dir: Path,
     iteration: int,
     rng: np.random.Generator,
+    extra: dict | None = None,
 ) -> Path:
     """Write the model (HF format), the run state and the config; point ``latest`` at it."""
     path = out_dir / "checkpoints" / f"iter-{iteration:06d}"
@@ -173,6 +175,7 @@ def save_checkpoint(
         "torch_rng": torch.get_rng_state(),
         "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
         "numpy_rng": rng.bit_generator.state,
+        **(extra or {}),
     }
     # Write then rename, so a kill mid-save never leaves a checkpoint that looks complete.
     torch.save(state, path / "trainer_state.tmp")
@@ -311,6 +314,16 @@ def train(cfg: RunConfig, out_dir: str | Path) -> dict[str, float]:
             max_prompt_tokens=rc.max_prompt_tokens,
         )
     evaluator = Evaluator(cfg, backend, tokenizer) if tc.eval_every else None
+    driver = None
+    if estimator.driver:  # the estimator samples its own batches (AC2's prefixes and chunks)
+        module, _, cls = estimator.driver.partition(":")
+        driver = getattr(importlib.import_module(module), cls)(cfg, model, tokenizer, backend)
+    n_params_all = sum(p.numel() for p in model.parameters())
+    decode_total = 0.0
+    if resume_from is not None:
+        decode_total = float(state.get("decode_tokens_total", 0.0))
+        if driver is not None and "driver" in state:
+            driver.load_state_dict(state["driver"])
     n_params = sum(p.numel() for p in model.parameters())
     log.info(
         "model: %s parameters, vocab %d, device %s; writing to %s",
@@ -352,7 +365,10 @@ def train(cfg: RunConfig, out_dir: str | Path) -> dict[str, float]:
     for it in bar:
         t0 = time.perf_counter()
         seeds = rng.integers(0, EVAL_SEED_BASE - 1, size=rc.n_tasks)
-        groups = collect(envs, seeds, backend, tokenizer, rc, sampling)
+        if driver is not None:
+            groups, driver_metrics = driver.collect(rng)
+        else:
+            groups, driver_metrics = collect(envs, seeds, backend, tokenizer, rc, sampling), {}
         t1 = time.perf_counter()
         batch = StepBatch.from_groups(groups)
         # Built once per batch and shared; only estimators that declare the need get it.
@@ -365,9 +381,14 @@ def train(cfg: RunConfig, out_dir: str | Path) -> dict[str, float]:
             for s, a, g in zip(steps, adv.step, batch.step_group)
         ]
         learn = learner.update(samples, rng)
+        if driver is not None:
+            driver_metrics.update(driver.after_update(rng))
         backend.sync(model)
         t3 = time.perf_counter()
         gen_tokens = sum(len(s.response_ids) for s in steps)
+        # Decoding work: AC2 also decodes refill attempts and critic answers.
+        decoded = driver_metrics.pop("perf/decode_tokens", float(gen_tokens))
+        decode_total += decoded
         metrics = {
             **env_metrics(batch),
             **per_type_success(groups, "env"),
@@ -378,6 +399,10 @@ def train(cfg: RunConfig, out_dir: str | Path) -> dict[str, float]:
             "perf/learn_s": t3 - t2,
             "perf/gen_tokens_per_s": gen_tokens / max(t1 - t0, 1e-9),
             "perf/iteration_s": t3 - t0,
+            "perf/decode_tokens": decoded,
+            "perf/decode_tokens_total": decode_total,
+            "perf/decode_flops_total": 2.0 * n_params_all * decode_total,
+            **driver_metrics,
         }
         last = it + 1 == tc.steps
         if evaluator is not None and ((it + 1) % tc.eval_every == 0 or last):
@@ -410,7 +435,10 @@ def train(cfg: RunConfig, out_dir: str | Path) -> dict[str, float]:
             extra,
         )
         if last or (tc.save_every and (it + 1) % tc.save_every == 0):
-            path = save_checkpoint(model, tokenizer, learner, cfg, out_dir, it + 1, rng)
+            extra = {"decode_tokens_total": decode_total}
+            if driver is not None:
+                extra["driver"] = driver.state_dict()
+            path = save_checkpoint(model, tokenizer, learner, cfg, out_dir, it + 1, rng, extra)
             log.info("saved checkpoint %s", path)
     writer.close()
     envs.close()

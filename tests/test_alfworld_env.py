@@ -222,3 +222,20 @@ def test_process_pool_plays_alfworld_like_the_inline_pool():
         got = play(pool)
     want = play(InlinePool([make_env("alfworld") for _ in seeds]))
     assert got == want
+
+
+def test_process_pool_prepares_games_once_before_its_workers_start(tmp_path):
+    """Fresh cache: the pool generates train and eval games in this process, then the workers
+    (daemons, which may not start generator processes) only read them."""
+    from agentrl.env_pool import PoolConfig, ProcessPool, make_pool
+
+    kwargs = {"generated_games": 1, "cache_dir": str(tmp_path), "progress": False}
+    pool = make_pool("alfworld", kwargs, 2, PoolConfig(kind="process", workers=2))
+    try:
+        assert isinstance(pool, ProcessPool)
+        made = sorted(p.parent.name for p in tmp_path.glob("*/*/complete.json"))
+        assert made == ["train", "valid_seen"]
+        out = pool.reset([(0, 3, None), (1, 4, {"split": "eval"})])
+        assert "/train/" in out[0][1]["gamefile"] and "/valid_seen/" in out[1][1]["gamefile"]
+    finally:
+        pool.close()

@@ -128,7 +128,11 @@ def run(out_dir: str = "results", quick: bool = False, log=print, argv: list[str
         help="rewrite the report from the runs already in <out>/.learning_runs",
     )
     opts = parser.parse_args(argv or [])
-    algos = [a for a in opts.algos.split(",") if a] or list_estimators()
+    # Estimators with their own rollout driver (AC2: prefixes of long single-turn attempts)
+    # do not apply to multi-turn Sokoban.
+    algos = [a for a in opts.algos.split(",") if a] or [
+        a for a in list_estimators() if not get_estimator(a).driver
+    ]
     seeds = list(range(opts.seeds))
     iterations, eval_every = opts.iterations, opts.eval_every
     if quick:

@@ -152,8 +152,13 @@ def generated_games(
         out,
     )
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    # Worker processes pay off from a few dozen games (each starts in ~2 s).
+    # Worker processes pay off from a few dozen games (each starts in ~2 s); a daemonic process
+    # (an env-pool worker) may not start children, so it generates alone.
+    import multiprocessing
+
     workers = max(1, min(os.cpu_count() or 1, n // 16))
+    if multiprocessing.current_process().daemon:
+        workers = 1
     paths = generate.generate_games(
         tmp, n, split_seed, types, scenes=scenes, progress=progress, workers=workers
     )

@@ -154,6 +154,15 @@ class ALFWorldEnv(TextEnv):
         self._lookup: dict[str, str] = {}
         self._anchor_obs = ""
 
+    def prepare(self) -> None:
+        """Find (or generate) the training and evaluation games now, in this process.
+
+        The environment pool calls this once before starting its workers, so generated games
+        are made once, with a progress bar, instead of by every worker on its first reset.
+        """
+        game_list(self.cfg, self.cfg.train_split)
+        game_list(self.cfg, self.cfg.eval_split)
+
     # -- TextEnv hooks ------------------------------------------------------------------------
     def _pick_game(self, options: dict[str, Any] | None) -> str:
         options = options or {}
