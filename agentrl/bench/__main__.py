@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "credit": "agentrl.bench.credit:run",
     "learner-speed": "agentrl.bench.learner_speed:run",
     "learning": "agentrl.bench.learning:run",
+    "ac2": "agentrl.bench.ac2:run",
 }
 
 

@@ -1,0 +1,197 @@
+"""AC2 vs GRPO on proof derivations with the tiny model: ``python -m agentrl.bench ac2``.
+
+Both methods train the tiny model on ``env=proof`` (generated derivation problems, graded 0–7
+by the mechanical checker) from the same seeds, each run in its own process through
+``python -m agentrl.run``. GRPO samples ``n_tasks × group_size`` full attempts per iteration;
+AC2 refills its buffer with ``n_refill`` attempts and continues ``n_batch`` prefixes
+``group_size`` times, in chunks once a problem is ready. Every run evaluates on the validation
+problems every ``eval_every`` iterations (mean reward = points / 7, and the fraction of full
+marks).
+
+The report gives, per method, the peak validation score (mean over seeds) and the decoding
+tokens each method had spent when it first reached GRPO's peak (the paper's compute measure is
+decoding FLOPs = 2 × parameters × generated tokens; with one model both give the same ratio).
+Writes ``results/ac2.md`` and ``results/ac2.png`` (validation score vs decoding tokens).
+Options: ``--seeds 2 --iterations 20 --eval-every 5 --report-only``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+
+from agentrl.bench._report import cpu_name, version
+
+COMMON = [
+    "env=proof",
+    "model=tiny",
+    "rollout.max_new_tokens=48",
+    "rollout.history_length=0",
+    "rollout.eval_temperature=1.0",
+    "learner.lr=5e-3",
+    "trainer.eval_episodes=32",
+    "trainer.save_every=0",
+    "trainer.progress=false",
+]
+METHODS: dict[str, list[str]] = {
+    # Same number of trained continuations per iteration: 8 x 4 = 32.
+    "grpo": ["algo=grpo", "algo.norm_by_std=false", "rollout.n_tasks=8", "rollout.group_size=4"],
+    "ac2": [
+        "algo=ac2",
+        "algo.n_refill=8",
+        "algo.n_batch=8",
+        "algo.group_size=4",
+        "algo.chunk_tokens=16",
+        "algo.budget_tokens=48",
+    ],
+}
+
+
+def _run(method: str, seed: int, iterations: int, eval_every: int, out: Path) -> list[dict]:
+    args = [
+        sys.executable,
+        "-m",
+        "agentrl.run",
+        *COMMON,
+        *METHODS[method],
+        f"trainer.seed={seed}",
+        f"trainer.steps={iterations}",
+        f"trainer.eval_every={eval_every}",
+        f"trainer.out_dir={out}",
+        f"hydra.run.dir={out}/hydra",
+    ]
+    t0 = time.perf_counter()
+    proc = subprocess.run(args, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{method} seed {seed} failed:\n{proc.stderr[-3000:]}")
+    (out / "wall_s").write_text(f"{time.perf_counter() - t0:.1f}")
+    return _load(out)
+
+
+def _load(out: Path) -> list[dict]:
+    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def curve(rows: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """(decoding tokens so far, validation score) at every evaluation (iteration 0 first)."""
+    xs, ys, total = [], [], 0.0
+    for r in rows:
+        total = r.get("perf/decode_tokens_total", total)
+        if "eval/return" in r:
+            xs.append(total)
+            ys.append(r["eval/return"])
+    return np.array(xs), np.array(ys)
+
+
+def tokens_to_reach(xs: np.ndarray, ys: np.ndarray, target: float) -> float | None:
+    """Decoding tokens at the first evaluation scoring at least ``target`` (None: never)."""
+    hit = np.flatnonzero(ys >= target - 1e-12)
+    return float(xs[hit[0]]) if len(hit) else None
+
+
+def run(out_dir: str = "results", quick: bool = False, log=print, argv: list[str] | None = None):
+    parser = argparse.ArgumentParser(prog="python -m agentrl.bench ac2")
+    parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--iterations", type=int, default=20)
+    parser.add_argument("--eval-every", type=int, default=5)
+    parser.add_argument("--report-only", action="store_true")
+    opts = parser.parse_args(argv or [])
+    seeds = list(range(opts.seeds))
+    iterations, eval_every = opts.iterations, opts.eval_every
+    if quick:
+        seeds, iterations, eval_every = seeds[:1], 2, 1
+    out_dir = Path(out_dir)
+    work = out_dir / ".ac2_runs"
+    t0 = time.perf_counter()
+    runs: dict[str, list[list[dict]]] = {m: [] for m in METHODS}
+    for seed in seeds:
+        for m in METHODS:
+            path = work / f"{m}_seed{seed}"
+            log(f"[ac2] {m} seed {seed}")
+            rows = _load(path) if opts.report_only else _run(m, seed, iterations, eval_every, path)
+            runs[m].append(rows)
+    # Mean curve over seeds (same evaluation iterations for every run).
+    mean: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for m, rs in runs.items():
+        cs = [curve(r) for r in rs]
+        n = min(len(c[1]) for c in cs)
+        mean[m] = (np.mean([c[0][:n] for c in cs], 0), np.mean([c[1][:n] for c in cs], 0))
+    grpo_peak = float(mean["grpo"][1].max())
+    lines = [
+        "# AC2 vs GRPO on proof derivations (tiny model)",
+        "",
+        f"Machine: {os.cpu_count()} CPU cores ({cpu_name()}), no GPU. Date: {date.today()}. "
+        f"Versions: agentrl {version('agentrl')}, torch {version('torch')}. "
+        f"Wall time {(time.perf_counter() - t0) / 60:.1f} min"
+        + (" (report rebuilt from saved runs)." if opts.report_only else "."),
+        f"Reproduce: `python -m agentrl.bench ac2 --seeds {len(seeds)} --iterations "
+        f"{iterations} --eval-every {eval_every}`"
+        + (" (this was a `--quick` smoke run)." if quick else "."),
+        "",
+        "Settings shared by both: "
+        + " ".join(f"`{c}`" for c in COMMON)
+        + ". GRPO: "
+        + " ".join(f"`{c}`" for c in METHODS["grpo"])
+        + ". AC2: "
+        + " ".join(f"`{c}`" for c in METHODS["ac2"])
+        + ". Validation score: mean reward "
+        "(points / 7) on the validation problems, sampled at temperature 1.0; decoding tokens "
+        "count every generated token (AC2's refill attempts and critic answers included).",
+        "",
+        "| method | peak validation score | at decoding tokens | tokens to reach GRPO's peak "
+        "| ready fraction (last) | critic error (last) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for m, (xs, ys) in mean.items():
+        k = int(np.argmax(ys))
+        reach = tokens_to_reach(xs, ys, grpo_peak)
+        last = [r[-1] for r in runs[m]]
+        ready = np.mean([x.get("ac2/ready_frac", np.nan) for x in last])
+        err = np.mean([x.get("ac2/critic_error", np.nan) for x in last])
+        lines.append(
+            f"| {m} | {ys[k]:.3f} | {xs[k]:,.0f} | "
+            + (f"{reach:,.0f}" if reach is not None else "not reached")
+            + f" | {ready:.2f} | {err:.2f} |"
+        )
+    reach_grpo = tokens_to_reach(*mean["grpo"], grpo_peak)
+    reach_ac2 = tokens_to_reach(*mean["ac2"], grpo_peak)
+    if reach_grpo and reach_ac2:
+        lines += ["", f"Decoding tokens to GRPO's peak, GRPO / AC2: {reach_grpo / reach_ac2:.2f}x."]
+    else:
+        lines += ["", "AC2 did not reach GRPO's peak validation score in this budget."]
+    lines += ["", "Per seed (validation score at each evaluation, iteration 0 first):", ""]
+    for m, rs in runs.items():
+        for seed, rows in zip(seeds, rs):
+            lines.append(f"- {m} seed {seed}: " + ", ".join(f"{y:.3f}" for y in curve(rows)[1]))
+    lines += ["", "![validation score vs decoding tokens](ac2.png)", ""]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "ac2.md").write_text("\n".join(lines))
+    _plot(mean, out_dir / "ac2.png")
+    log(f"[ac2] wrote {out_dir / 'ac2.md'}")
+    return mean
+
+
+def _plot(mean: dict[str, tuple[np.ndarray, np.ndarray]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for m, (xs, ys) in mean.items():
+        ax.plot(xs, ys, marker="o", label=m)
+    ax.set_xlabel("decoding tokens (cumulative)")
+    ax.set_ylabel("validation score (mean points / 7)")
+    ax.set_title("proof derivations, tiny model (mean over seeds)")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
