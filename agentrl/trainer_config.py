@@ -13,7 +13,8 @@ class TrainerConfig:
     """The outer loop: how long to train, where to write, what to save."""
 
     steps: int = 20
-    """Training iterations (rollout → credit → update)."""
+    """Training iterations (rollout → credit → update); 0 only evaluates the initial policy
+    (e.g. a checkpoint given as ``model.name_or_path``) and saves nothing."""
     seed: int = 0
     """Seeds the model initialisation, sampling, task draws and mini-batch order."""
     out_dir: str = ""
@@ -40,7 +41,13 @@ class TrainerConfig:
     """Show a progress bar."""
 
     def __post_init__(self) -> None:
-        check(self.steps >= 1, "trainer.steps", self.steps, ">= 1")
+        check(self.steps >= 0, "trainer.steps", self.steps, ">= 0")
+        check(
+            self.steps > 0 or self.eval_every > 0,
+            "trainer.eval_every",
+            self.eval_every,
+            "> 0 when trainer.steps=0 (an evaluation-only run)",
+        )
         check(self.save_every >= 0, "trainer.save_every", self.save_every, ">= 0")
         check(self.eval_every >= 0, "trainer.eval_every", self.eval_every, ">= 0")
         check(self.eval_episodes >= 1, "trainer.eval_episodes", self.eval_episodes, ">= 1")

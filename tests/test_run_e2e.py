@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -87,7 +88,8 @@ def test_default_config_composes():
     ("args", "error", "message"),
     [
         (["+trainer.stepz=2"], ConfigError, "trainer.stepz is not a valid key"),
-        (["trainer.steps=0"], ConfigError, "trainer.steps=0 is invalid"),
+        (["trainer.steps=-1"], ConfigError, "trainer.steps=-1 is invalid"),
+        (["trainer.steps=0", "trainer.eval_every=0"], ConfigError, "evaluation-only run"),
         (["+env.num_boxs=2"], ConfigError, "Did you mean 'num_boxes'"),
         (["env=sokobn"], Exception, "Could not find 'env/sokobn'"),
         (["algo=grpp"], Exception, "Could not find 'algo/grpp'"),
@@ -100,3 +102,27 @@ def test_broken_config_names_the_key(args, error, message):
     with pytest.raises(error) as exc:
         compose(args)
     assert message in str(exc.value)
+
+
+def test_steps_zero_evaluates_a_checkpoint_only(tmp_path):
+    """``trainer.steps=0`` with ``model.name_or_path=<checkpoint>``: one evaluation, no save."""
+    out = tmp_path / "first"
+    common = ["rollout.n_tasks=2", "rollout.group_size=2", "trainer.progress=false"]
+    proc = _run(["trainer.steps=1", "trainer.eval_episodes=4", *common, f"trainer.out_dir={out}"],
+                tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ckpt = out / "checkpoints" / "iter-000001"
+    final_eval = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()][-1]
+    again = tmp_path / "again"
+    proc = _run(
+        ["trainer.steps=0", "trainer.eval_episodes=4", f"model.name_or_path={ckpt}", *common,
+         f"trainer.out_dir={again}"],
+        tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(x) for x in (again / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == [0]
+    # Same policy, same held-out seeds: the same evaluation as the end of the first run.
+    assert rows[0]["eval/success"] == final_eval["eval/success"]
+    assert rows[0]["eval/length"] == final_eval["eval/length"]
+    assert not (again / "checkpoints").exists()

@@ -89,6 +89,31 @@ def _run_one(algo: str, seed: int, iterations: int, eval_every: int, out: Path) 
     return _load_run(algo, seed, out)
 
 
+def _reevaluate(seed: int, episodes: int, out: Path, checkpoint: Path | None) -> float:
+    """Eval success of the untrained policy of ``seed`` (no checkpoint) or of a checkpoint on
+    ``episodes`` held-out seeds (an evaluation-only run, ``trainer.steps=0``); cached."""
+    done = out / "metrics.jsonl"
+    if not done.exists():
+        args = [
+            sys.executable,
+            "-m",
+            "agentrl.run",
+            *(b for b in BUDGET if not b.startswith("trainer.eval_episodes=")),
+            f"trainer.seed={seed}",
+            "trainer.steps=0",
+            "trainer.eval_every=1",
+            f"trainer.eval_episodes={episodes}",
+            f"trainer.out_dir={out}",
+            f"hydra.run.dir={out}/hydra",
+        ]
+        if checkpoint is not None:
+            args.append(f"model.name_or_path={checkpoint}")
+        proc = subprocess.run(args, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"re-evaluation in {out} failed:\n{proc.stderr[-3000:]}")
+    return float(json.loads(done.read_text().splitlines()[0])["eval/success"])
+
+
 def _load_run(algo: str, seed: int, out: Path) -> dict:
     """A finished run's metrics rows (and wall time) from its output directory."""
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
@@ -123,6 +148,12 @@ def run(out_dir: str = "results", quick: bool = False, log=print, argv: list[str
     parser.add_argument("--eval-every", type=int, default=10)
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument(
+        "--reeval-episodes",
+        type=int,
+        default=512,
+        help="episodes of the precise evaluation of the untrained and final policies",
+    )
+    parser.add_argument(
         "--report-only",
         action="store_true",
         help="rewrite the report from the runs already in <out>/.learning_runs",
@@ -154,9 +185,21 @@ def run(out_dir: str = "results", quick: bool = False, log=print, argv: list[str
                     jobs,
                 )
             )
+    # Precise evaluations: the untrained policy of each seed (the same for every estimator)
+    # and every final checkpoint, on many more held-out seeds than the in-training evals.
+    n_re = 16 if quick else opts.reeval_episodes
+    log(f"[learning] re-evaluating untrained and final policies on {n_re} episodes each")
+    untrained = {
+        s: _reevaluate(s, n_re, work / f"untrained_seed{s}_eval{n_re}", None) for s in seeds
+    }
+    for r in results:
+        run_dir = work / f"{r['algo']}_seed{r['seed']}"
+        ckpt = run_dir / "checkpoints" / (run_dir / "checkpoints" / "latest").read_text().strip()
+        r["final_precise"] = _reevaluate(r["seed"], n_re, run_dir / f"eval{n_re}", ckpt)
     total = sum(r["wall_s"] for r in results) if opts.report_only else time.perf_counter() - t0
     batch = 8 * 8
     per_algo: dict[str, list[dict]] = {a: [r for r in results if r["algo"] == a] for a in algos}
+    m0, lo0, hi0 = _t_interval(np.array(list(untrained.values())))
     lines = [
         "# Learning on Sokoban with the tiny model",
         "",
@@ -169,26 +212,31 @@ def run(out_dir: str = "results", quick: bool = False, log=print, argv: list[str
         "Budget, identical for every estimator and seed: "
         + " ".join(f"`{b}`" for b in BUDGET)
         + f", `trainer.steps={iterations}` ({iterations * batch} episodes). "
-        "Evaluation: 64 held-out seeds (never used for training), sampled at temperature 1.0 "
-        "(the tiny model's greedy answer repeats one move forever); iteration 0 is the "
-        "untrained policy. Intervals are 95% t-intervals over seeds.",
+        "Evaluation: held-out seeds (never used for training), sampled at temperature 1.0 "
+        "(the tiny model's greedy answer repeats one move forever). The untrained policy of "
+        f"each seed (iteration 0, the same for every estimator) and each final policy are "
+        f"re-evaluated on {n_re} held-out episodes (`trainer.steps=0` evaluation-only runs); "
+        "the in-training evaluations (64 episodes) give the curves. Intervals are 95% "
+        "t-intervals over seeds.",
         "",
-        "| estimator | untrained eval success | final eval success | gain | t-intervals "
-        "disjoint? | seed ranges (untrained vs final) disjoint? | runs improved | "
-        "final train success | final invalid rate | min/run |",
-        "|---|---:|---:|---:|---|---|---:|---:|---:|---:|",
+        f"Untrained policy ({n_re} episodes per seed): "
+        + ", ".join(f"seed {s}: {v:.3f}" for s, v in untrained.items())
+        + f"; mean {m0:.3f} [{lo0:.3f}, {hi0:.3f}].",
+        "",
+        "| estimator | final eval success | gain | t-intervals disjoint? | seed ranges "
+        "disjoint? | runs improved | final train success | final invalid rate | min/run |",
+        "|---|---:|---:|---|---|---:|---:|---:|---:|",
     ]
     for a, runs in per_algo.items():
-        first = np.array([_curve(r["rows"], batch)[1][0] for r in runs])
-        last = np.array([_curve(r["rows"], batch)[1][-1] for r in runs])
-        m0, lo0, hi0 = _t_interval(first)
+        first = np.array([untrained[r["seed"]] for r in runs])
+        last = np.array([r["final_precise"] for r in runs])
         m1, lo1, hi1 = _t_interval(last)
         tail = [r["rows"][-1] for r in runs]
         train = np.mean([t.get("env/success", np.nan) for t in tail])
         invalid = np.mean([t.get("env/invalid_rate", np.nan) for t in tail])
         note = " (" + ", ".join(runs[0]["hints"]) + ")" if runs[0]["hints"] else ""
         lines.append(
-            f"| {a}{note} | {m0:.3f} [{lo0:.3f}, {hi0:.3f}] | {m1:.3f} [{lo1:.3f}, {hi1:.3f}] "
+            f"| {a}{note} | {m1:.3f} [{lo1:.3f}, {hi1:.3f}] "
             f"| {m1 - m0:+.3f} | {'yes' if lo1 > hi0 else 'no'} "
             f"| {'yes' if last.min() > first.max() else 'no'} ({first.min():.3f}-"
             f"{first.max():.3f} vs {last.min():.3f}-{last.max():.3f}) "
