@@ -146,7 +146,8 @@ def run(
     body = "\n".join(
         [
             f"Machine: {os.cpu_count()} CPU cores ({cpu_name()}), no GPU; "
-            f"Python {platform.python_version()}. Date: {today}.  ",
+            f"Python {platform.python_version()}. Date: {today}. Load average at the end: "
+            f"{os.getloadavg()[0]:.1f} (other jobs on the machine slow both engines alike).  ",
             f"Versions: {versions}.  ",
             "Reproduce: `python -m agentrl.bench env-speed`"
             + (" (this was a `--quick` smoke run)." if quick else "."),
