@@ -79,9 +79,11 @@ class AC2Driver:
         """Reward in [0, 1] of a complete attempt; None when the grader could not judge it."""
         self.env.reset(seed=int(seed))
         _, reward, _, _, info = self.env.step(text)
-        if info.get("graded") is False:
-            return None
-        return float(reward) if info.get("action_valid", True) else 0.0
+        if not info.get("action_valid", True):
+            return 0.0  # nothing gradable in the attempt: no credit
+        if info.get("graded") is False or info.get("judge_error"):
+            return None  # the grader failed: unknown, not zero
+        return float(reward)
 
     def _generate(self, prompts: list[list[int]], max_new: list[int], greedy: bool = False):
         """Generate with per-prompt token limits (one backend call per distinct limit)."""

@@ -25,8 +25,9 @@ numbered observation/action pairs, the admissible actions as a bracketed quoted 
 ``auto``: the style the environment registered (``register_env(..., prompt_style=...)``)."""
 
 _TAG = re.compile(r"<action>(.*?)</action>", re.DOTALL | re.IGNORECASE)
-# A response longer than this cannot be a sensible action; it is rejected before the env sees it.
-MAX_ACTION_CHARS = 512
+# A response longer than this is rejected before the env sees it. Long enough for a proof of
+# ~20k tokens (env=proof grades whole answers); shorter actions are the env's to judge.
+MAX_ACTION_CHARS = 100_000
 
 
 def project_action(text: str, mode: ActionFormat) -> tuple[str, bool]:

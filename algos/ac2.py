@@ -18,4 +18,4 @@ def ac2(batch: StepBatch, graph: object, cfg: AC2Config) -> Advantages:
     """(N,) float64: v_i − mean_j v_j over the valid rows of each prefix group."""
     group = batch.traj_group[batch.step_traj]
     adv = ac2_advantages(batch.step_reward, batch.step_valid, group)
-    return Advantages(step=adv, metrics={"credit/ac2_valid_frac": float(batch.step_valid.mean())})
+    return Advantages(step=adv, metrics={"ac2_valid_frac": float(batch.step_valid.mean())})

@@ -2,4 +2,4 @@
 
 from __future__ import annotations
 
-from agentrl.envs import alfworld, sokoban  # noqa: F401 - registers "alfworld", "sokoban"
+from agentrl.envs import alfworld, proof, sokoban, webshop  # noqa: F401 - registers each env

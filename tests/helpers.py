@@ -11,8 +11,11 @@ from agentrl.batch import Step, StepBatch, Trajectory, TrajectoryGroup
 # Generated ALFWorld games for tests: few per split, cached across runs (generation is
 # deterministic for a seed, so a stale cache cannot differ from a fresh one).
 ALFWORLD_TEST_CACHE = str(Path(tempfile.gettempdir()) / "agentrl-test-alfworld")
+# A small generated WebShop catalogue, cached the same way.
+WEBSHOP_TEST_CACHE = str(Path(tempfile.gettempdir()) / "agentrl-test-webshop")
 ENV_TEST_KWARGS: dict[str, dict] = {
     "alfworld": {"generated_games": 2, "cache_dir": ALFWORLD_TEST_CACHE, "progress": False},
+    "webshop": {"num_products": 200, "eval_goals": 50, "cache_dir": WEBSHOP_TEST_CACHE},
 }
 
 

@@ -1,5 +1,6 @@
-"""Environment speed benchmark: Sokoban (ours vs gym-sokoban) and ALFWorld (our engine vs the
-stock textworld engine, :mod:`agentrl.bench.env_speed_alfworld`).
+"""Environment speed benchmark: Sokoban (ours vs gym-sokoban), ALFWorld (our engine vs the
+stock textworld engine, :mod:`agentrl.bench.env_speed_alfworld`) and WebShop (BM25 search and
+stepping, :mod:`agentrl.bench.env_speed_webshop`).
 
 For each room setting (7x7 with 2 boxes, gym-sokoban's ``Sokoban-small-v0`` and the reference
 number, and 6x6 with 1 box, agentrl's default) it times ``reset`` (one fresh level each) and
@@ -269,4 +270,7 @@ def run(
     from agentrl.bench import env_speed_alfworld
 
     results["alfworld"] = env_speed_alfworld.run(out_dir, quick=quick, log=log)
+    from agentrl.bench import env_speed_webshop
+
+    results["webshop"] = env_speed_webshop.run(out_dir, quick=quick, log=log)
     return results
