@@ -157,3 +157,48 @@ def test_critic_learns_its_targets_and_the_ladder_tracks_the_update(setup):
     other = _driver(setup)
     other.load_state_dict(state)
     assert list(other.pairs) == list(drv.pairs) and other.ladder.lr == drv.ladder.lr
+
+
+def test_ac2_trains_on_proof_derivations_end_to_end(tmp_path):
+    """``python -m agentrl.run env=proof algo=ac2``: AC2's metrics are logged, the buffer
+    fills, decoding tokens accumulate, and a checkpoint carries the driver's state."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agentrl.run",
+            "env=proof",
+            "algo=ac2",
+            "model=tiny",
+            "trainer.steps=2",
+            "rollout.max_new_tokens=24",
+            "algo.budget_tokens=24",
+            "algo.chunk_tokens=8",
+            "algo.n_refill=3",
+            "algo.n_batch=3",
+            "algo.group_size=2",
+            "trainer.eval_episodes=4",
+            "trainer.eval_every=1",
+            "trainer.tokenizer_episodes=4",
+            "trainer.progress=false",
+            f"trainer.out_dir={out}",
+            f"hydra.run.dir={tmp_path}/hydra",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == [0, 1, 2]
+    assert rows[1]["ac2/buffer_size"] == 3 and rows[2]["ac2/buffer_size"] == 6
+    assert rows[2]["perf/decode_tokens_total"] > rows[1]["perf/decode_tokens_total"] > 0
+    assert "ac2/critic_lr" in rows[2] and "eval/return" in rows[2]
+    state = torch.load(out / "checkpoints" / "iter-000002" / "trainer_state.pt", weights_only=False)
+    assert len(state["driver"]["buffer"]["items"]) == 6
