@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from agentrl.configuration import check
+from agentrl.configuration import check, check_choice
 
 GRID: tuple[float, ...] = tuple(round(0.1 * k, 1) for k in range(11))
 _NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)$")
@@ -94,6 +94,10 @@ class AC2Config:
     critic_grad_clip: float = 0.2
     critic_value_tokens: int = 4
     """Greedy tokens the critic may answer with."""
+    critic: str = "prompt"
+    """``prompt``: the policy answers the value prompt in text (the paper); ``head``: a linear
+    head over the policy's last hidden state at the end of the value prompt classifies the 11
+    grid values (never invalid; trained with the same cross-entropy target)."""
 
     def __post_init__(self) -> None:
         for name in ("chunk_tokens", "budget_tokens", "n_refill", "n_batch", "group_size"):
@@ -108,6 +112,7 @@ class AC2Config:
         check(0 <= self.audit_frac <= 1, "algo.audit_frac", self.audit_frac, "in [0, 1]")
         check(self.critic_lr > 0, "algo.critic_lr", self.critic_lr, "> 0")
         check(self.error_window >= 1, "algo.error_window", self.error_window, ">= 1")
+        check_choice("algo.critic", self.critic, ("prompt", "head"))
 
 
 # -- pure pieces -------------------------------------------------------------------------------

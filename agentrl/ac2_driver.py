@@ -22,11 +22,13 @@ import numpy as np
 import torch
 
 from agentrl.ac2 import (
+    GRID,
     AC2Config,
     Attempt,
     LRLadder,
     Readiness,
     ReplayBuffer,
+    grid_round,
     group_targets,
     parse_value,
     value_prompt,
@@ -58,6 +60,13 @@ class AC2Driver:
             self.cfg.critic_ladder_patience,
         )
         params = [p for p in model.parameters() if p.requires_grad]
+        self.head: torch.nn.Linear | None = None
+        if self.cfg.critic == "head":
+            # 11 logits, one per grid value, over the last hidden state of the value prompt.
+            hidden = model.get_input_embeddings().weight.shape[1]
+            device = next(model.parameters()).device
+            self.head = torch.nn.Linear(hidden, len(GRID)).to(device)
+            params += list(self.head.parameters())
         self.critic_opt = torch.optim.AdamW(params, lr=self.ladder.lr, weight_decay=0.0)
         self._problems: dict[int, tuple[str, list[int], str]] = {}
         self._snapshot: torch.Tensor | None = None
@@ -114,8 +123,24 @@ class AC2Driver:
                     self.tokenizer, value_prompt(problem, attempt, ref), self.rc.max_prompt_tokens
                 )
             )
+        if self.head is not None:
+            with torch.no_grad():
+                logits = self._head_logits(prompts)
+            return [GRID[int(k)] for k in logits.argmax(-1).tolist()]
         gens = self._generate(prompts, [self.cfg.critic_value_tokens] * len(prompts), True)
         return [parse_value(g.text) for g in gens]
+
+    def _head_logits(self, prompts: list[list[int]]) -> torch.Tensor:
+        """(n, 11) grid logits of the value head at the last token of each prompt."""
+        width = max(len(p) for p in prompts)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        device = next(self.model.parameters()).device
+        ids = torch.tensor([p + [pad] * (width - len(p)) for p in prompts], device=device)
+        mask = torch.tensor([[1] * len(p) + [0] * (width - len(p)) for p in prompts], device=device)
+        out = self.model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+        last = torch.tensor([len(p) - 1 for p in prompts], device=device)
+        hidden = out.hidden_states[-1][torch.arange(len(prompts), device=device), last]
+        return self.head(hidden.float())
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
@@ -262,7 +287,7 @@ class AC2Driver:
             group["lr"] = self.ladder.lr
         self.critic_opt.zero_grad(set_to_none=True)
         loss.backward()
-        params = [p for p in self.model.parameters() if p.requires_grad]
+        params = [p for group in self.critic_opt.param_groups for p in group["params"]]
         torch.nn.utils.clip_grad_norm_(params, self.cfg.critic_grad_clip)
         self.critic_opt.step()
         self.critic_opt.zero_grad(set_to_none=True)
@@ -276,8 +301,14 @@ class AC2Driver:
         }
 
     def critic_loss(self, pairs: list[tuple[str, float]]) -> torch.Tensor:
-        """Mean next-token cross-entropy of the grid answers after their value prompts."""
+        """Mean next-token cross-entropy of the grid answers after their value prompts (or,
+        with ``critic=head``, the cross-entropy of the head's grid classification)."""
         tok = self.tokenizer
+        if self.head is not None:
+            prompts = [encode_prompt(tok, p, self.rc.max_prompt_tokens) for p, _ in pairs]
+            target = torch.tensor([GRID.index(grid_round(z)) for _, z in pairs])
+            logits = self._head_logits(prompts)
+            return torch.nn.functional.cross_entropy(logits, target.to(logits.device))
         rows, labels = [], []
         for prompt, z in pairs:
             p_ids = encode_prompt(tok, prompt, self.rc.max_prompt_tokens)
@@ -303,6 +334,7 @@ class AC2Driver:
             "pairs": list(self.pairs),
             "ladder": self.ladder.state_dict(),
             "critic_opt": self.critic_opt.state_dict(),
+            "head": self.head.state_dict() if self.head is not None else None,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -311,4 +343,6 @@ class AC2Driver:
         self.bank = dict(state["bank"])
         self.pairs = deque(state["pairs"], maxlen=self.cfg.critic_buffer)
         self.ladder.load_state_dict(state["ladder"])
+        if self.head is not None and state.get("head") is not None:
+            self.head.load_state_dict(state["head"])
         self.critic_opt.load_state_dict(state["critic_opt"])

@@ -400,6 +400,7 @@ def train(cfg: RunConfig, out_dir: str | Path) -> dict[str, float]:
             "perf/gen_tokens_per_s": gen_tokens / max(t1 - t0, 1e-9),
             "perf/iteration_s": t3 - t0,
             "perf/decode_tokens": decoded,
+            "perf/decode_flops": 2.0 * n_params_all * decoded,
             "perf/decode_tokens_total": decode_total,
             "perf/decode_flops_total": 2.0 * n_params_all * decode_total,
             **driver_metrics,

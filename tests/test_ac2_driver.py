@@ -202,3 +202,22 @@ def test_ac2_trains_on_proof_derivations_end_to_end(tmp_path):
     assert "ac2/critic_lr" in rows[2] and "eval/return" in rows[2]
     state = torch.load(out / "checkpoints" / "iter-000002" / "trainer_state.pt", weights_only=False)
     assert len(state["driver"]["buffer"]["items"]) == 6
+
+
+def test_value_head_option_learns_the_grid_targets(setup):
+    drv = _driver(setup, critic="head", critic_lr=1e-2, critic_pairs=4)
+    pairs = [("Problem 0 Q value: ", 0.7), ("Problem 1 Q value: ", 0.2)]
+    drv.pairs.extend(pairs * 2)
+    rng = np.random.default_rng(0)
+    first = float(drv.critic_loss(pairs).detach())
+    for _ in range(40):
+        drv._snapshot = drv._flat_params()
+        drv.after_update(rng)
+    assert float(drv.critic_loss(pairs).detach()) < 0.3 * first
+    drv.problem(0)  # caches problem 0's text for the value prompt
+    values = drv.critic_values([(0, "", False)])
+    assert values[0] in (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)  # never invalid
+    head_state = drv.state_dict()["head"]
+    other = _driver(setup, critic="head")
+    other.load_state_dict(drv.state_dict())
+    assert torch.equal(other.head.weight, head_state["weight"])
