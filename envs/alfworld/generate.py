@@ -73,15 +73,8 @@ from agentrl.envs.alfworld.scenes import (
     mangle,
 )
 
-TASK_TYPES: dict[int, str] = {
-    1: "pick_and_place_simple",
-    2: "look_at_obj_in_light",
-    3: "pick_clean_then_place_in_recep",
-    4: "pick_heat_then_place_in_recep",
-    5: "pick_cool_then_place_in_recep",
-    6: "pick_two_obj_and_place",
-}
-GENERATOR_VERSION = 1
+from .data import GENERATOR_VERSION, TASK_TYPES
+
 MAX_TRIES = 20  # draws per game before giving up; a failed plan is rare, so hitting this is a bug
 
 # The appliance a state-change task needs; the domain hard-codes these receptacle types.
