@@ -318,13 +318,12 @@ def train(cfg: RunConfig, out_dir: str | Path) -> dict[str, float]:
     if estimator.driver:  # the estimator samples its own batches (AC2's prefixes and chunks)
         module, _, cls = estimator.driver.partition(":")
         driver = getattr(importlib.import_module(module), cls)(cfg, model, tokenizer, backend)
-    n_params_all = sum(p.numel() for p in model.parameters())
+    n_params = sum(p.numel() for p in model.parameters())
     decode_total = 0.0
     if resume_from is not None:
         decode_total = float(state.get("decode_tokens_total", 0.0))
         if driver is not None and "driver" in state:
             driver.load_state_dict(state["driver"])
-    n_params = sum(p.numel() for p in model.parameters())
     log.info(
         "model: %s parameters, vocab %d, device %s; writing to %s",
         f"{n_params:,}",
@@ -400,9 +399,9 @@ def train(cfg: RunConfig, out_dir: str | Path) -> dict[str, float]:
             "perf/gen_tokens_per_s": gen_tokens / max(t1 - t0, 1e-9),
             "perf/iteration_s": t3 - t0,
             "perf/decode_tokens": decoded,
-            "perf/decode_flops": 2.0 * n_params_all * decoded,
+            "perf/decode_flops": 2.0 * n_params * decoded,
             "perf/decode_tokens_total": decode_total,
-            "perf/decode_flops_total": 2.0 * n_params_all * decode_total,
+            "perf/decode_flops_total": 2.0 * n_params * decode_total,
             **driver_metrics,
         }
         last = it + 1 == tc.steps
