@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -29,12 +30,16 @@ class SevensEnv(TextEnv):
         return f"Problem {self.k}: write sevens."
 
     def _step(self, action):
-        text = action.strip()
-        if not text:
+        # Legible text only (what the contract suite demands of an open-text env): printable
+        # ASCII, at most 2,000 characters, something besides markup.
+        text = re.sub(r"<[^>]*>", "", action).strip()
+        legible = text.isascii() and text.isprintable() and any(c.isalnum() for c in text)
+        if not legible or len(text) > 2000:
             return Transition("Write something.", 0.0, False, False, None)
         points = round(7 * text.count("7") / len(text))
         self.done_ = True
-        return Transition("graded", points / 7, True, True, "answer", {"points": points})
+        executed = " ".join(text.lower().split())  # the answer, as the proof env reports it
+        return Transition("graded", points / 7, True, True, executed, {"points": points})
 
     def _anchor(self):
         return (self.k, self.done_)
