@@ -189,13 +189,24 @@ def run(out_dir: str = "results", quick: bool = False, log=print, argv: list[str
     # and every final checkpoint, on many more held-out seeds than the in-training evals.
     n_re = 16 if quick else opts.reeval_episodes
     log(f"[learning] re-evaluating untrained and final policies on {n_re} episodes each")
-    untrained = {
-        s: _reevaluate(s, n_re, work / f"untrained_seed{s}_eval{n_re}", None) for s in seeds
-    }
-    for r in results:
+
+    def final(r: dict) -> float:
         run_dir = work / f"{r['algo']}_seed{r['seed']}"
         ckpt = run_dir / "checkpoints" / (run_dir / "checkpoints" / "latest").read_text().strip()
-        r["final_precise"] = _reevaluate(r["seed"], n_re, run_dir / f"eval{n_re}", ckpt)
+        return _reevaluate(r["seed"], n_re, run_dir / f"eval{n_re}", ckpt)
+
+    with ThreadPoolExecutor(max_workers=max(1, opts.jobs)) as pool:
+        untrained = dict(
+            zip(
+                seeds,
+                pool.map(
+                    lambda s: _reevaluate(s, n_re, work / f"untrained_seed{s}_eval{n_re}", None),
+                    seeds,
+                ),
+            )
+        )
+        for r, value in zip(results, pool.map(final, results)):
+            r["final_precise"] = value
     total = sum(r["wall_s"] for r in results) if opts.report_only else time.perf_counter() - t0
     batch = 8 * 8
     per_algo: dict[str, list[dict]] = {a: [r for r in results if r["algo"] == a] for a in algos}
