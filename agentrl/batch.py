@@ -58,6 +58,9 @@ class Trajectory:
     """The observation after the last step."""
     task_type: str | None = None
     """``info['task_type']`` at the end, for environments that report one (per-type success)."""
+    score: float | None = None
+    """``info['score']`` at the end, for environments that grade on their own scale (WebShop:
+    reward × 100), logged apart from success."""
 
     @property
     def ret(self) -> float:

@@ -302,6 +302,8 @@ def collect(
                 trajs[j].won = bool(info["won"])
                 trajs[j].final_obs = next_obs
                 trajs[j].task_type = info.get("task_type")
+                if info.get("score") is not None:
+                    trajs[j].score = float(info["score"])
             else:
                 still.append(j)
         live = still

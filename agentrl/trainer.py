@@ -92,6 +92,13 @@ def env_metrics(batch: StepBatch, prefix: str = "env") -> dict[str, float]:
     }
 
 
+def env_scores(groups: list[TrajectoryGroup], prefix: str) -> dict[str, float]:
+    """Mean ``info['score']`` of the episodes that report one (WebShop's score = reward × 100),
+    logged next to success (the fraction of wins)."""
+    scores = [t.score for g in groups for t in g.trajectories if t.score is not None]
+    return {f"{prefix}/score": float(np.mean(scores))} if scores else {}
+
+
 def per_type_success(groups: list[TrajectoryGroup], prefix: str) -> dict[str, float]:
     """Success per ``task_type`` for environments that report one."""
     by_type: dict[str, list[bool]] = defaultdict(list)
@@ -218,7 +225,8 @@ class Evaluator:
             options={"split": "eval"},
         )
         batch = StepBatch.from_groups(groups)
-        return {**env_metrics(batch, "eval"), **per_type_success(groups, "eval")}, groups
+        metrics = {**env_metrics(batch, "eval"), **per_type_success(groups, "eval")}
+        return {**metrics, **env_scores(groups, "eval")}, groups
 
 
 def make_backend(cfg: RunConfig, model, tokenizer, out_dir: Path):
@@ -391,6 +399,7 @@ def train(cfg: RunConfig, out_dir: str | Path) -> dict[str, float]:
         metrics = {
             **env_metrics(batch),
             **per_type_success(groups, "env"),
+            **env_scores(groups, "env"),
             **adv.metrics,
             **learn,
             "perf/rollout_s": t1 - t0,

@@ -165,3 +165,36 @@ def test_alfworld_registers_the_household_prompt():
 
     assert env_spec("alfworld").prompt_style == "household"
     assert env_spec("sokoban").prompt_style == "generic"
+
+
+def test_collect_records_env_scores_and_the_trainer_logs_them_apart_from_success():
+    """WebShop reports ``info['score']`` (reward × 100): kept per trajectory, logged as
+    ``env/score`` next to ``env/success``."""
+    from helpers import ENV_TEST_KWARGS
+
+    from agentrl.trainer import env_scores
+
+    envs = [agentrl.make("webshop", **ENV_TEST_KWARGS["webshop"]) for _ in range(2)]
+    cfg = RolloutConfig(n_tasks=1, group_size=2, history_length=0)
+    # Search, open the first result, buy it: a real purchase with a graded reward.
+    answers = ["search[stool]", "search[stool]"]
+    tok = build_tokenizer(["search click buy now stool"] * 10, 300)
+
+    class Shopper(ScriptedBackend):
+        def generate(self, prompts, sampling):
+            out = []
+            for env in envs:
+                adm = env.unwrapped._admissible() if hasattr(env.unwrapped, "_admissible") else []
+                items = [a for a in adm if a.startswith("click[b0")]
+                text = "click[buy now]" if "click[buy now]" in adm else (items or answers)[0]
+                out.append(Generation(token_ids=[7], logprobs=[-1.0], text=text))
+            return out[: len(prompts)]
+
+    groups = collect(envs, [3], Shopper([]), tok, cfg, Sampling(max_new_tokens=4))
+    trajs = groups[0].trajectories
+    assert all(t.score is not None for t in trajs)
+    assert all(t.steps[-1].action == "click[buy now]" for t in trajs)
+    assert trajs[0].score == pytest.approx(100 * trajs[0].steps[-1].reward)
+    metrics = env_scores(groups, "env")
+    assert metrics == {"env/score": pytest.approx(np.mean([t.score for t in trajs]))}
+    assert env_scores([], "env") == {}
