@@ -24,7 +24,8 @@ def test_project_action_tag_and_plain():
     assert project_action("<action>  </action>", "tag") == ("", False)
     assert project_action("  down \n", "plain") == ("down", True)
     assert project_action("", "plain") == ("", False)
-    assert project_action("x" * 10_000, "plain") == ("", False)
+    assert project_action("x" * 200_000, "plain") == ("", False)  # past MAX_ACTION_CHARS
+    assert project_action("x" * 10_000, "plain") == ("x" * 10_000, True)  # a long proof
 
 
 def test_build_prompt_shows_last_turns_and_actions():
