@@ -17,10 +17,8 @@ needs ``pip install "setuptools<81" gym==0.26.2 gym-sokoban==0.0.6``.
 from __future__ import annotations
 
 import contextlib
-import datetime
 import io
 import os
-import platform
 import random
 import re
 import time
@@ -32,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from agentrl.bench._report import cpu_name, version
+from agentrl.bench._report import header
 
 SETTINGS: tuple[tuple[tuple[int, int], int], ...] = (((7, 7), 2), ((6, 6), 1))
 SECTION = "Sokoban"
@@ -234,10 +232,6 @@ def run(
             lines.append(timing.row(ref))
             log("  " + lines[-1])
 
-    today = datetime.date.today().isoformat()
-    versions = ", ".join(
-        f"{d} {version(d)}" for d in ("agentrl", "numpy", "gymnasium", "gym", "gym-sokoban")
-    )
     gym_note = (
         "gym-sokoban ran in the same process on the same machine."
         if gym_error is None
@@ -245,11 +239,11 @@ def run(
     )
     body = "\n".join(
         [
-            f"Machine: {os.cpu_count()} CPU cores ({cpu_name()}), no GPU; "
-            f"Python {platform.python_version()}. Date: {today}.  ",
-            f"Versions: {versions}.  ",
-            "Reproduce: `python -m agentrl.bench env-speed`"
-            + (" (this was a `--quick` smoke run)." if quick else "."),
+            *header(
+                ("agentrl", "numpy", "gymnasium", "gym", "gym-sokoban"),
+                "python -m agentrl.bench env-speed",
+                quick,
+            ),
             "",
             "Per level: one `reset()` of the bare env class, i.e. generating a fresh level plus "
             "the first observation (text for agentrl, a 16 px RGB image for gym-sokoban). "

@@ -17,9 +17,7 @@ Writes the ``## ALFWorld`` section of ``results/env_speed.md``; run as part of
 
 from __future__ import annotations
 
-import datetime
 import os
-import platform
 import tempfile
 import time
 from collections.abc import Callable
@@ -28,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from agentrl.bench._report import cpu_name, version
+from agentrl.bench._report import header
 
 SECTION = "ALFWorld"
 
@@ -141,16 +139,14 @@ def run(
         )
     rows.append(f"| agentrl `ALFWorldEnv.step` (fast engine, whole env) | {fast['steps']} "
                 f"| {env_sps:,.1f} | {env_sps / stock['steps_per_s']:.1f}x | - | - |")  # fmt: skip
-    today = datetime.date.today().isoformat()
-    versions = ", ".join(f"{d} {version(d)}" for d in ("agentrl", "alfworld", "textworld"))
     body = "\n".join(
         [
-            f"Machine: {os.cpu_count()} CPU cores ({cpu_name()}), no GPU; "
-            f"Python {platform.python_version()}. Date: {today}. Load average at the end: "
-            f"{os.getloadavg()[0]:.1f} (other jobs on the machine slow both engines alike).  ",
-            f"Versions: {versions}.  ",
-            "Reproduce: `python -m agentrl.bench env-speed`"
-            + (" (this was a `--quick` smoke run)." if quick else "."),
+            *header(
+                ("agentrl", "alfworld", "textworld"),
+                "python -m agentrl.bench env-speed",
+                quick,
+                " (other jobs on the machine slow both engines alike)",
+            ),
             "",
             f"Games: {len(games)} generated games (all six task types; `agentrl.envs.alfworld."
             f"generate`, seed 0; generating them took {gen_s:.0f} s, or 0 s when cached), "

@@ -21,9 +21,7 @@ Writes the ``## WebShop`` section of ``results/env_speed.md``.
 
 from __future__ import annotations
 
-import datetime
 import os
-import platform
 import shutil
 import tempfile
 import time
@@ -33,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from agentrl.bench._report import cpu_name, version
+from agentrl.bench._report import header
 
 SECTION = "WebShop"
 TARGET_MS = 2.0
@@ -209,17 +207,13 @@ def run(
     largest = results[max(sizes)]
     worst = max(largest["instruction_ms"].mean(), largest["short_ms"].mean())
     success, score = results["oracle"]
-    today = datetime.date.today().isoformat()
-    versions = ", ".join(
-        f"{d} {version(d)}" for d in ("agentrl", "bm25s", "PyStemmer", "rapidfuzz", "numpy")
-    )
     body = "\n".join(
         [
-            f"Machine: {os.cpu_count()} CPU cores ({cpu_name()}), no GPU; "
-            f"Python {platform.python_version()}. Date: {today}.  ",
-            f"Versions: {versions}.  ",
-            "Reproduce: `python -m agentrl.bench env-speed`"
-            + (" (this was a `--quick` smoke run)." if quick else "."),
+            *header(
+                ("agentrl", "bm25s", "PyStemmer", "rapidfuzz", "numpy"),
+                "python -m agentrl.bench env-speed",
+                quick,
+            ),
             "",
             "Generated catalogues (`agentrl.envs.webshop.generate`, seed 0; no official data "
             "here), synthetic goals. Generate: the catalogue from scratch. Index: tokenising "
