@@ -46,3 +46,26 @@ def header(packages: tuple[str, ...], command: str, quick: bool, note: str = "")
         f"Versions: {versions}.  ",
         f"Reproduce: `{command}`" + (" (this was a `--quick` smoke run)." if quick else "."),
     ]
+
+
+def run_agentrl(overrides: list[str], out: Path) -> float:
+    """Run ``python -m agentrl.run <overrides>`` writing to ``out``; return its wall time.
+
+    Each benchmark run is its own process (fresh RNG and thread state, as a user would run
+    it); the wall time is also written to ``out/wall_s``. A failing run raises with the tail
+    of its stderr.
+    """
+    import subprocess
+    import sys
+    import time
+
+    args = [sys.executable, "-m", "agentrl.run", *overrides]
+    args += [f"trainer.out_dir={out}", f"hydra.run.dir={out}/hydra"]
+    t0 = time.perf_counter()
+    proc = subprocess.run(args, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"agentrl.run {' '.join(overrides)} failed:\n{proc.stderr[-3000:]}")
+    wall = time.perf_counter() - t0
+    Path(out).mkdir(parents=True, exist_ok=True)
+    (Path(out) / "wall_s").write_text(f"{wall:.1f}")
+    return wall

@@ -20,15 +20,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
-import time
 from datetime import date
 from pathlib import Path
 
 import numpy as np
 
-from agentrl.bench._report import cpu_name, version
+from agentrl.bench._report import cpu_name, run_agentrl, version
 
 COMMON = [
     "env=proof",
@@ -112,24 +109,17 @@ def warm_start(out: Path, steps: int, seed: int = 0) -> Path:
 def _run(
     method: str, seed: int, iterations: int, eval_every: int, out: Path, init: Path
 ) -> list[dict]:
-    args = [
-        sys.executable,
-        "-m",
-        "agentrl.run",
-        *COMMON,
-        *METHODS[method],
-        f"trainer.seed={seed}",
-        f"trainer.steps={iterations}",
-        f"trainer.eval_every={eval_every}",
-        f"trainer.out_dir={out}",
-        f"hydra.run.dir={out}/hydra",
-        f"model.name_or_path={init}",
-    ]
-    t0 = time.perf_counter()
-    proc = subprocess.run(args, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{method} seed {seed} failed:\n{proc.stderr[-3000:]}")
-    (out / "wall_s").write_text(f"{time.perf_counter() - t0:.1f}")
+    run_agentrl(
+        [
+            *COMMON,
+            *METHODS[method],
+            f"trainer.seed={seed}",
+            f"trainer.steps={iterations}",
+            f"trainer.eval_every={eval_every}",
+            f"model.name_or_path={init}",
+        ],
+        out,
+    )
     return _load(out)
 
 

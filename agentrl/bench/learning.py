@@ -23,8 +23,6 @@ import argparse
 import json
 import os
 import platform
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import date
@@ -32,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from agentrl.bench._report import run_agentrl
 from agentrl.credit import get_estimator, list_estimators
 
 # The budget, identical for every estimator: 8 tasks x 8 rollouts per iteration on 6x6 Sokoban
@@ -68,24 +67,17 @@ def _t_interval(x: np.ndarray) -> tuple[float, float, float]:
 def _run_one(algo: str, seed: int, iterations: int, eval_every: int, out: Path) -> dict:
     """Train one (estimator, seed) in a subprocess; return its metrics rows."""
     hints = [f"learner.{k}={v}" for k, v in get_estimator(algo).learner_hints]
-    args = [
-        sys.executable,
-        "-m",
-        "agentrl.run",
-        *BUDGET,
-        f"algo={algo}",
-        f"trainer.seed={seed}",
-        f"trainer.steps={iterations}",
-        f"trainer.eval_every={eval_every}",
-        f"trainer.out_dir={out}",
-        f"hydra.run.dir={out}/hydra",
-        *hints,
-    ]
-    t0 = time.perf_counter()
-    proc = subprocess.run(args, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{algo} seed {seed} failed:\n{proc.stderr[-3000:]}")
-    (out / "wall_s").write_text(f"{time.perf_counter() - t0:.1f}")
+    run_agentrl(
+        [
+            *BUDGET,
+            f"algo={algo}",
+            f"trainer.seed={seed}",
+            f"trainer.steps={iterations}",
+            f"trainer.eval_every={eval_every}",
+            *hints,
+        ],
+        out,
+    )
     return _load_run(algo, seed, out)
 
 
@@ -95,22 +87,15 @@ def _reevaluate(seed: int, episodes: int, out: Path, checkpoint: Path | None) ->
     done = out / "metrics.jsonl"
     if not done.exists():
         args = [
-            sys.executable,
-            "-m",
-            "agentrl.run",
             *(b for b in BUDGET if not b.startswith("trainer.eval_episodes=")),
             f"trainer.seed={seed}",
             "trainer.steps=0",
             "trainer.eval_every=1",
             f"trainer.eval_episodes={episodes}",
-            f"trainer.out_dir={out}",
-            f"hydra.run.dir={out}/hydra",
         ]
         if checkpoint is not None:
             args.append(f"model.name_or_path={checkpoint}")
-        proc = subprocess.run(args, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"re-evaluation in {out} failed:\n{proc.stderr[-3000:]}")
+        run_agentrl(args, out)
     return float(json.loads(done.read_text().splitlines()[0])["eval/success"])
 
 
