@@ -7,7 +7,10 @@ in :mod:`agentrl.credit` (``register_estimator``); training runs through ``pytho
 
 from __future__ import annotations
 
+from agentrl import _moved
 from agentrl.registry import list_envs, make, register_env
 
+_moved.install()
+
 __all__ = ["list_envs", "make", "register_env"]
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -29,7 +29,8 @@ class EnvSpec:
     """Steps are slow enough (an external engine) that a batch should step in worker processes
     (``rollout.env_pool=auto`` then picks the process pool)."""
     prompt_style: str = "generic"
-    """Prompt layout used when ``rollout.prompt_style=auto`` (see :mod:`agentrl.prompting`)."""
+    """Prompt layout used when ``rollout.prompt_style=auto`` (see
+    :mod:`agentrl.rollout.prompting`)."""
 
 
 _ENVS: dict[str, EnvSpec] = {}
@@ -62,18 +63,24 @@ def register_env(
 
 
 def load_plugins(group: str) -> None:
-    """Import every module advertised under the entry-point ``group`` (once per process).
+    """Import the bundled package named ``group`` and every module advertised under the
+    entry-point ``group`` (once per process).
 
-    Third-party packages register environments (group ``agentrl.envs``) or estimators
-    (``agentrl.algos``) by naming a module in their ``[project.entry-points]``; importing the
-    module runs its ``register_env``/``register_estimator`` calls, so ``env=<name>`` works on
-    the command line without changes to agentrl.
+    The bundled environments and methods are the packages ``agentrl.envs`` and
+    ``agentrl.algos``; they are loaded by that name, never imported by the core, so the arrows
+    stay envs -> core <- algos. Third-party packages register environments (group
+    ``agentrl.envs``), estimators (``agentrl.algos``) or policy losses the same way by naming a
+    module in their ``[project.entry-points]``; importing the module runs its
+    ``register_*`` calls, so ``env=<name>`` works on the command line without changes to
+    agentrl.
     """
     if group in _LOADED_GROUPS:
         return
     _LOADED_GROUPS.add(group)
+    import importlib
     from importlib.metadata import entry_points
 
+    importlib.import_module(group)
     for ep in entry_points(group=group):
         ep.load()
 
@@ -82,8 +89,6 @@ _LOADED_GROUPS: set[str] = set()
 
 
 def _ensure_builtin_envs() -> None:
-    import agentrl.envs  # noqa: F401 - registers the bundled environments
-
     load_plugins("agentrl.envs")
 
 

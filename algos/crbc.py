@@ -1,7 +1,7 @@
 """CRBC: Cross-Rollout Bellman Closure step credit (ALGOS.md §2, arXiv 2609.35082).
 
 The G rollouts of a group are merged into one empirical process over anchor states (built once
-per batch by :func:`agentrl.graph.build_graph`; Eq. 5, no smoothing):
+per batch by :func:`agentrl.credit.graph.build_graph`; Eq. 5, no smoothing):
 P(x|s, a) = N(s, a, x) / N(s, a) and μ(a|s) = N(s, a) / N(s). The outcome is binary,
 R_i = ``traj_won`` (time-limit truncation is failure), and enters only through the absorbing
 boundary values V(z⁺) = 1, V(z⁻) = 0. With the backups (Eq. 7)
@@ -69,10 +69,10 @@ from scipy.sparse import csgraph
 
 from agentrl.algos.grpo import GRPOConfig, grpo_traj_advantage
 from agentrl.algos.rloo import rloo_traj_advantage
-from agentrl.batch import StepBatch
 from agentrl.configuration import check, check_choice
 from agentrl.credit import Advantages, register_estimator, steps_from_end
-from agentrl.graph import TrajectoryGraph
+from agentrl.credit.batch import StepBatch
+from agentrl.credit.graph import TrajectoryGraph
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,9 @@ import numpy as np
 
 from agentrl.algos._common import centred_by_group, divide_or_zero, safe_mean, safe_std
 from agentrl.algos.gigpo import NormMode, check_gigpo_fields, gigpo_components
-from agentrl.batch import StepBatch
 from agentrl.configuration import check
 from agentrl.credit import Advantages, register_estimator
+from agentrl.credit.batch import StepBatch
 
 
 @dataclass(frozen=True)

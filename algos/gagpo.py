@@ -24,9 +24,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from agentrl.algos._common import centred_by_group, divide_or_zero, safe_mean, safe_std
-from agentrl.batch import StepBatch
 from agentrl.configuration import check
 from agentrl.credit import Advantages, discounted_returns, register_estimator, steps_from_end
+from agentrl.credit.batch import StepBatch
 
 EXPECTS_STEP_RATIO = True
 """GAGPO is meant to run with the action-level importance ratio (``learner.ratio_level=step``)."""

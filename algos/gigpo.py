@@ -31,9 +31,9 @@ from typing import Literal
 import numpy as np
 
 from agentrl.algos._common import centred_by_group, divide_or_zero, safe_std
-from agentrl.batch import StepBatch
 from agentrl.configuration import check, check_choice
 from agentrl.credit import Advantages, discounted_returns, register_estimator
+from agentrl.credit.batch import StepBatch
 
 NormMode = Literal["mean_norm", "mean_std_norm"]
 NORM_MODES: tuple[str, ...] = ("mean_norm", "mean_std_norm")

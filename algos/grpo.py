@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agentrl.batch import StepBatch
 from agentrl.configuration import check
 from agentrl.credit import Advantages, group_mean_std, register_estimator
+from agentrl.credit.batch import StepBatch
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,6 @@ from typing import Literal
 import numpy as np
 
 from agentrl.algos.grpo import GRPOConfig, grpo_traj_advantage
-from agentrl.batch import StepBatch
 from agentrl.configuration import check
 from agentrl.credit import (
     Advantages,
@@ -53,6 +52,7 @@ from agentrl.credit import (
     register_estimator,
     steps_from_end,
 )
+from agentrl.credit.batch import StepBatch
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from agentrl.algos._common import centred_by_group
-from agentrl.batch import StepBatch
 from agentrl.credit import Advantages, register_estimator
+from agentrl.credit.batch import StepBatch
 
 
 def rloo_traj_advantage(

@@ -6,7 +6,7 @@ import tempfile
 from pathlib import Path
 
 import agentrl
-from agentrl.batch import Step, StepBatch, Trajectory, TrajectoryGroup
+from agentrl.credit.batch import Step, StepBatch, Trajectory, TrajectoryGroup
 
 # Generated ALFWorld games for tests: few per split, cached across runs (generation is
 # deterministic for a seed, so a stale cache cannot differ from a fresh one).

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from helpers import make_groups
 
-from agentrl.ac2 import (
+from agentrl.algos.ac2.core import (
     Attempt,
     LRLadder,
     Readiness,
@@ -19,8 +19,8 @@ from agentrl.ac2 import (
     parse_value,
     value_prompt,
 )
-from agentrl.batch import StepBatch
 from agentrl.credit import compute_advantages, get_estimator
+from agentrl.credit.batch import StepBatch
 
 
 @pytest.mark.parametrize(
@@ -90,7 +90,7 @@ def test_registered_estimator_uses_step_rewards_and_validity():
     batch = StepBatch.from_groups(groups)
     adv = compute_advantages("ac2", batch)
     np.testing.assert_allclose(adv.step, [-0.4, 0.0, 0.4, 0.7, 0.0])
-    assert get_estimator("ac2").driver == "agentrl.ac2_driver:AC2Driver"
+    assert get_estimator("ac2").driver == "agentrl.algos.ac2.driver:AC2Driver"
     assert get_estimator("grpo").driver is None
 
 

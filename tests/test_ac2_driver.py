@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from agentrl import register_env
-from agentrl.ac2 import AC2Config, Attempt
-from agentrl.ac2_driver import AC2Driver
+from agentrl.algos.ac2.core import AC2Config, Attempt
+from agentrl.algos.ac2.driver import AC2Driver
 from agentrl.env_api import TextEnv, Transition
-from agentrl.model import ModelConfig, build_tiny_model, build_tokenizer
+from agentrl.learn.model import ModelConfig, build_tiny_model, build_tokenizer
 from agentrl.rollout import HFBackend
 from agentrl.run import compose
 

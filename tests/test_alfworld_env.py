@@ -200,7 +200,7 @@ def test_training_runs_offline_on_generated_games(tmp_path):
 
 
 def test_process_pool_plays_alfworld_like_the_inline_pool():
-    from agentrl.env_pool import InlinePool, ProcessPool
+    from agentrl.rollout.env_pool import InlinePool, ProcessPool
 
     kwargs = ENV_TEST_KWARGS["alfworld"]
     seeds = [0, 0, 1]
@@ -227,7 +227,7 @@ def test_process_pool_plays_alfworld_like_the_inline_pool():
 def test_process_pool_prepares_games_once_before_its_workers_start(tmp_path):
     """Fresh cache: the pool generates train and eval games in this process, then the workers
     (daemons, which may not start generator processes) only read them."""
-    from agentrl.env_pool import PoolConfig, ProcessPool, make_pool
+    from agentrl.rollout.env_pool import PoolConfig, ProcessPool, make_pool
 
     kwargs = {"generated_games": 1, "cache_dir": str(tmp_path), "progress": False}
     pool = make_pool("alfworld", kwargs, 2, PoolConfig(kind="process", workers=2))

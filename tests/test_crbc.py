@@ -18,10 +18,10 @@ from agentrl.algos.crbc import (
     finite_depth_values,
     step_credit,
 )
-from agentrl.batch import INVALID_ACTION
 from agentrl.configuration import ConfigError
 from agentrl.credit import compute_advantages, estimator_config
-from agentrl.graph import TrajectoryGraph, build_graph
+from agentrl.credit.batch import INVALID_ACTION
+from agentrl.credit.graph import TrajectoryGraph, build_graph
 
 # One group (β = 0.5): τ1 = s -a-> t -c-> won, τ2 = s -a-> t -d-> lost, τ3 = s -b-> u -e-> won.
 GOLDEN = [

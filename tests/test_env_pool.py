@@ -5,8 +5,8 @@ from __future__ import annotations
 import crashy_env  # noqa: F401 - registers "crashy"
 import pytest
 
-from agentrl.env_pool import InlinePool, ProcessPool, make_pool
 from agentrl.registry import make
+from agentrl.rollout.env_pool import InlinePool, ProcessPool, make_pool
 
 
 def _play(pool, seeds, actions_per_step):
@@ -86,8 +86,8 @@ def test_rollout_survives_a_worker_dying_mid_batch():
     the other worker's episodes play on to their wins, and the run goes on."""
     from test_rollout import ScriptedBackend
 
-    from agentrl.batch import StepBatch
-    from agentrl.model import build_tokenizer
+    from agentrl.credit.batch import StepBatch
+    from agentrl.learn.model import build_tokenizer
     from agentrl.rollout import RolloutConfig, Sampling, collect
 
     tok = build_tokenizer(["tick away", "Tick three times.", "tick die"] * 5, 300)

@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentrl.algos.gigpo import cluster_anchors
-from agentrl.batch import Step, StepBatch, Trajectory, TrajectoryGroup
 from agentrl.configuration import ConfigError
 from agentrl.credit import compute_advantages, estimator_config
+from agentrl.credit.batch import Step, StepBatch, Trajectory, TrajectoryGroup
 
 EPS = 1e-6
 

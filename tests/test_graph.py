@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 from helpers import make_batch, make_groups
 
-from agentrl.batch import StepBatch
-from agentrl.graph import build_graph
+from agentrl.credit.batch import StepBatch
+from agentrl.credit.graph import build_graph
 
 # One group: s -a-> t -b-> success; s -c-> fail; s -a-> fail; s -b-> success.
 SPEC = [

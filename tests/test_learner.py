@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from agentrl.learner import (
+from agentrl.learn.learner import (
     Learner,
     LearnerConfig,
     Sample,
@@ -15,7 +15,7 @@ from agentrl.learner import (
     micro_batches,
     token_logprobs,
 )
-from agentrl.model import ModelConfig, build_tiny_model, build_tokenizer
+from agentrl.learn.model import ModelConfig, build_tiny_model, build_tokenizer
 from agentrl.rollout import HFBackend, Sampling, encode_prompt
 
 CORPUS = ["push the box up", "move left then right", "down down up", "<action>up</action>"] * 20
@@ -141,7 +141,7 @@ def test_config_validation():
 
 
 def test_query_preserved_mini_batches_keep_groups_together():
-    from agentrl.learner import mini_batches
+    from agentrl.learn.learner import mini_batches
 
     samples = [Sample([1], [2], [0.0], 0.0, group=g) for g in (0, 0, 0, 1, 1, 2, 2, 2, 2, 3)]
     rng = np.random.default_rng(0)
@@ -156,7 +156,7 @@ def test_query_preserved_mini_batches_keep_groups_together():
 
 
 def test_lr_schedule_warmup_then_cosine():
-    from agentrl.learner import lr_lambda
+    from agentrl.learn.learner import lr_lambda
 
     cfg = LearnerConfig(warmup_iters=2, lr_schedule="cosine", min_lr_ratio=0.1)
     f = lr_lambda(cfg, total_iters=6)
@@ -274,7 +274,7 @@ def _group_samples(rng, n_groups=3, group=4):
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_shared_prompt_packing_equals_separate_sequences(tok, seed):
-    from agentrl.learner import score_samples
+    from agentrl.learn.learner import score_samples
 
     samples = _group_samples(np.random.default_rng(seed))
     model = _model(tok)

@@ -6,8 +6,8 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM
 
-from agentrl.learner import Learner, LearnerConfig, Sample, token_logprobs
-from agentrl.model import (
+from agentrl.learn.learner import Learner, LearnerConfig, Sample, token_logprobs
+from agentrl.learn.model import (
     LoRAConfig,
     ModelConfig,
     build_tiny_model,

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from agentrl.losses import aggregate_loss, entropy_from_logits, kl_penalty, policy_ratio
+from agentrl.learn.losses import aggregate_loss, entropy_from_logits, kl_penalty, policy_ratio
 
 # Three responses: 2 tokens, 3 tokens, and a fully masked row.
 LOSS = torch.tensor([[1.0, 3.0, 100.0], [2.0, 4.0, 6.0], [7.0, 7.0, 7.0]])

@@ -24,12 +24,12 @@ from agentrl.algos.relace import (
     relace_step_term,
     retrospective_weights,
 )
-from agentrl.batch import Step, StepBatch, Trajectory, TrajectoryGroup
 from agentrl.configuration import ConfigError
 from agentrl.credit import compute_advantages, estimator_config
-from agentrl.model import ModelConfig, build_tiny_model, build_tokenizer
+from agentrl.credit.batch import Step, StepBatch, Trajectory, TrajectoryGroup
+from agentrl.learn.model import ModelConfig, build_tiny_model, build_tokenizer
+from agentrl.learn.scoring import PolicyScorer
 from agentrl.rollout import encode_prompt
-from agentrl.scoring import PolicyScorer
 
 LN3 = math.log(3.0)
 

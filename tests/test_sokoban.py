@@ -16,7 +16,7 @@ import pytest
 
 import agentrl
 from agentrl.bench.__main__ import main as bench_main
-from agentrl.bench.env_speed import update_markdown_section
+from agentrl.bench._report import update_markdown_section
 from agentrl.configuration import ConfigError
 from agentrl.envs.sokoban import Level, SokobanConfig, SokobanEnv, generate_level, parse_action
 from agentrl.envs.sokoban.env import LEGEND

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agentrl.graph import build_graph
-from agentrl.synthetic import (
+from agentrl.credit.graph import build_graph
+from agentrl.credit.synthetic import (
     SyntheticMDP,
     SyntheticScorer,
     exact_values,

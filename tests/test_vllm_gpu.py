@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from agentrl.learner import Learner, LearnerConfig, Sample
-from agentrl.model import ModelConfig, build_tiny_model, build_tokenizer, save_model
+from agentrl.learn.learner import Learner, LearnerConfig, Sample
+from agentrl.learn.model import ModelConfig, build_tiny_model, build_tokenizer, save_model
 from agentrl.rollout import HFBackend, Sampling, encode_prompt
 
 pytestmark = [
@@ -19,7 +19,7 @@ pytestmark = [
 
 
 def test_vllm_matches_hf_and_tracks_updates(tmp_path):
-    from agentrl.vllm_backend import VLLMBackend
+    from agentrl.rollout.vllm_backend import VLLMBackend
 
     tok = build_tokenizer(["push the box up down left right", "# _ O X P"] * 50, 400)
     torch.manual_seed(0)
@@ -50,7 +50,7 @@ def test_vllm_matches_hf_and_tracks_updates(tmp_path):
     warm = Sampling(max_new_tokens=4, temperature=0.7)
     for p, g in zip(prompts, vl.generate(prompts, warm)):
         ids = torch.tensor([p + g.token_ids], device="cuda")
-        from agentrl.learner import token_logprobs
+        from agentrl.learn.learner import token_logprobs
 
         lp = token_logprobs(model, ids, torch.ones_like(ids), 0.7, n_last=len(g.token_ids))
         np.testing.assert_allclose(lp[0].detach().cpu().numpy(), g.logprobs, atol=2e-3)

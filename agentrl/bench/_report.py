@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import platform
+import re
 from importlib import metadata
 from pathlib import Path
 
@@ -69,3 +71,41 @@ def run_agentrl(overrides: list[str], out: Path) -> float:
     Path(out).mkdir(parents=True, exist_ok=True)
     (Path(out) / "wall_s").write_text(f"{wall:.1f}")
     return wall
+
+
+def update_markdown_section(path: Path, heading: str, body: str, preamble: str) -> None:
+    """Write ``## heading`` + ``body`` into ``path``, keeping every other ``## `` section.
+
+    The file is a preamble followed by sections, each from a ``## `` line to the next; an
+    existing section with the same heading is replaced in place, a new one is appended.
+    ``preamble`` is only used when the file is new (an existing one is kept).
+    """
+    sections: list[tuple[str, str]] = []
+    if path.exists():
+        text = path.read_text()
+        parts = re.split(r"^(?=## )", text, flags=re.MULTILINE)
+        preamble = parts[0] if parts[0].strip() else preamble
+        for part in parts[1:]:
+            title = part.splitlines()[0][3:].strip()
+            sections.append((title, part.rstrip() + "\n"))
+    new = f"## {heading}\n\n{body.rstrip()}\n"
+    if any(title == heading for title, _ in sections):
+        sections = [(t, new if t == heading else s) for t, s in sections]
+    else:
+        sections.append((heading, new))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(preamble.rstrip() + "\n\n" + "\n".join(s for _, s in sections))
+
+
+ENV_SPEED_PREAMBLE = (
+    "# Environment speed\n\n"
+    "Reproduce with `python -m agentrl.bench env-speed` (`--quick` for a smoke run). Each "
+    "`## <environment>` section is rewritten by its own benchmark; the others are kept.\n"
+)
+
+
+def write_env_speed_section(out_dir: str | os.PathLike, heading: str, body: str) -> Path:
+    """Write one environment's ``## heading`` section of ``<out_dir>/env_speed.md``."""
+    path = Path(out_dir) / "env_speed.md"
+    update_markdown_section(path, heading, body, ENV_SPEED_PREAMBLE)
+    return path

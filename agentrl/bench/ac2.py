@@ -70,12 +70,12 @@ def warm_start(out: Path, steps: int, seed: int = 0) -> Path:
         return path
     import torch
 
-    from agentrl.model import save_model
-    from agentrl.prompting import build_prompt
+    from agentrl.learn.model import save_model
     from agentrl.registry import make
     from agentrl.rollout import encode_prompt
+    from agentrl.rollout.prompting import build_prompt
     from agentrl.run import compose
-    from agentrl.trainer import _build_model
+    from agentrl.run.trainer import _build_model
 
     cfg = compose([*COMMON, f"trainer.seed={seed}"])
     torch.manual_seed(seed)

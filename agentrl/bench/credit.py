@@ -1,17 +1,17 @@
 """Credit-estimator benchmark: per-step credit against exact advantages, and compute time.
 
 Every registered estimator (:func:`agentrl.credit.list_estimators`, default config) runs on
-batches sampled from random finite MDPs (:mod:`agentrl.synthetic`), where the behaviour values
-are known exactly. Quality: for group sizes G ∈ {4, 8, 16} and several random MDPs, the Pearson
-and Spearman correlations and the MSE between each estimator's per-step advantage and the true
-advantage Q^μ(s_t, a_t) − V^μ(s_t) at β = 0.98 (CRBC's default). Estimators scale their output
-differently (z-scores, mixing weights), so the MSE is also reported after the best least-squares
-scale c* = ⟨A, A*⟩/⟨A, A⟩ (no intercept, so a bias still counts), relative to mean(A*²).
-Speed: the median time per batch at about 6.4k, 100k and 1M steps; the trajectory graph is
-built once per batch and timed on its own, as the trainer shares it. Estimators that rescore
-responses (``needs_scorer``) get :class:`~agentrl.synthetic.SyntheticScorer` (an oracle Bayes
-hindsight model that parses the texts); their times include that scoring and are reported
-apart, since real scoring is two forward passes of the policy.
+batches sampled from random finite MDPs (:mod:`agentrl.credit.synthetic`), where the behaviour
+values are known exactly. Quality: for group sizes G ∈ {4, 8, 16} and several random MDPs, the
+Pearson and Spearman correlations and the MSE between each estimator's per-step advantage and
+the true advantage Q^μ(s_t, a_t) − V^μ(s_t) at β = 0.98 (CRBC's default). Estimators scale their
+output differently (z-scores, mixing weights), so the MSE is also reported after the best least-
+squares scale c* = ⟨A, A*⟩/⟨A, A⟩ (no intercept, so a bias still counts), relative to mean(A*²).
+Speed: the median time per batch at about 6.4k, 100k and 1M steps; the trajectory graph is built
+once per batch and timed on its own, as the trainer shares it. Estimators that rescore responses
+(``needs_scorer``) get :class:`~agentrl.credit.synthetic.SyntheticScorer` (an oracle Bayes
+hindsight model that parses the texts); their times include that scoring and are reported apart,
+since real scoring is two forward passes of the policy.
 
 Writes ``<out_dir>/credit.md`` and ``<out_dir>/credit.png``. Reproduce with
 ``python -m agentrl.bench credit`` (``--quick`` for a smoke run).
@@ -34,8 +34,8 @@ import numpy as np
 
 from agentrl.bench._report import cpu_name, version
 from agentrl.credit import compute_advantages, estimator_config, get_estimator, list_estimators
-from agentrl.graph import build_graph
-from agentrl.synthetic import (
+from agentrl.credit.graph import build_graph
+from agentrl.credit.synthetic import (
     SyntheticScorer,
     expected_length,
     random_mdp,
@@ -464,7 +464,7 @@ def run(
         "",
         "## Setup",
         "",
-        f"- Batches come from random MDPs (`agentrl.synthetic.random_mdp` defaults: "
+        f"- Batches come from random MDPs (`agentrl.credit.synthetic.random_mdp` defaults: "
         f"{mdp_args['n_states']} states, {mdp_args['n_actions']} actions, up to "
         f"{mdp_args['branching']} successors per (s, a), back edges and self loops, absorbing "
         f"success/failure, success probability under μ in {mdp_args['success_range']} from "

@@ -8,7 +8,8 @@ number, and 6x6 with 1 box, agentrl's default) it times ``reset`` (one fresh lev
 :class:`agentrl.envs.sokoban.SokobanEnv` and, when it imports, gym-sokoban 0.0.6's
 ``SokobanEnv`` in the same process. It also solves a sample of levels from both with the BFS
 solver to compare how hard the levels are. Results go to ``results/env_speed.md`` under a
-``## Sokoban`` section; :func:`update_markdown_section` keeps other environments' sections.
+``## Sokoban`` section; :func:`~agentrl.bench._report.update_markdown_section` keeps other
+environments' sections.
 
 Reproduce with ``python -m agentrl.bench env-speed`` (``--quick`` for a smoke run). gym-sokoban
 needs ``pip install "setuptools<81" gym==0.26.2 gym-sokoban==0.0.6``.
@@ -20,26 +21,18 @@ import contextlib
 import io
 import os
 import random
-import re
 import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from agentrl.bench._report import header
+from agentrl.bench._report import header, write_env_speed_section
 
 SETTINGS: tuple[tuple[tuple[int, int], int], ...] = (((7, 7), 2), ((6, 6), 1))
 SECTION = "Sokoban"
-FILE_TITLE = "# Environment speed"
-FILE_PREAMBLE = (
-    f"{FILE_TITLE}\n\n"
-    "Reproduce with `python -m agentrl.bench env-speed` (`--quick` for a smoke run). Each "
-    "`## <environment>` section is rewritten by its own benchmark; the others are kept.\n"
-)
 
 
 @dataclass
@@ -157,30 +150,6 @@ def _import_gym_sokoban() -> str | None:
     return None
 
 
-def update_markdown_section(path: Path, heading: str, body: str, preamble: str) -> None:
-    """Write ``## heading`` + ``body`` into ``path``, keeping every other ``## `` section.
-
-    The file is a preamble followed by sections, each from a ``## `` line to the next; an
-    existing section with the same heading is replaced in place, a new one is appended.
-    ``preamble`` is only used when the file is new (an existing one is kept).
-    """
-    sections: list[tuple[str, str]] = []
-    if path.exists():
-        text = path.read_text()
-        parts = re.split(r"^(?=## )", text, flags=re.MULTILINE)
-        preamble = parts[0] if parts[0].strip() else preamble
-        for part in parts[1:]:
-            title = part.splitlines()[0][3:].strip()
-            sections.append((title, part.rstrip() + "\n"))
-    new = f"## {heading}\n\n{body.rstrip()}\n"
-    if any(title == heading for title, _ in sections):
-        sections = [(t, new if t == heading else s) for t, s in sections]
-    else:
-        sections.append((heading, new))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(preamble.rstrip() + "\n\n" + "\n".join(s for _, s in sections))
-
-
 def run(
     out_dir: str | os.PathLike = "results",
     n_levels: int = 1000,
@@ -258,8 +227,7 @@ def run(
             *lines,
         ]
     )
-    path = Path(out_dir) / "env_speed.md"
-    update_markdown_section(path, SECTION, body, FILE_PREAMBLE)
+    path = write_env_speed_section(out_dir, SECTION, body)
     log(f"[env-speed] wrote {path}")
     from agentrl.bench import env_speed_alfworld
 

@@ -21,12 +21,11 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from agentrl.bench._report import header
+from agentrl.bench._report import header, write_env_speed_section
 
 SECTION = "ALFWorld"
 
@@ -105,7 +104,6 @@ def run(
     quick: bool = False,
     log: Callable[[str], Any] = print,
 ) -> dict[str, Any]:
-    from agentrl.bench.env_speed import FILE_PREAMBLE, update_markdown_section
 
     try:
         from agentrl.envs.alfworld import data
@@ -164,8 +162,7 @@ def run(
             *rows,
         ]
     )
-    path = Path(out_dir) / "env_speed.md"
-    update_markdown_section(path, SECTION, body, FILE_PREAMBLE)
+    write_env_speed_section(out_dir, SECTION, body)
     for r in rows:
         log("  " + r)
     return {"stock": stock, "fast": fast, "identical": identical, "env_steps_per_s": env_sps}

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from agentrl.bench._report import header
+from agentrl.bench._report import header, write_env_speed_section
 
 SECTION = "WebShop"
 TARGET_MS = 2.0
@@ -133,7 +133,6 @@ def run(
         ``{size: {"generate_s", "index_s", "load_s", "instruction_ms", "short_ms",
         "steps_per_s", ...}, "oracle": (success, score), "noun_extractor": name}``.
     """
-    from agentrl.bench.env_speed import FILE_PREAMBLE, update_markdown_section
     from agentrl.envs.webshop import data, generate
     from agentrl.envs.webshop.env import WebShopEnv
     from agentrl.envs.webshop.search import SearchIndex, product_document
@@ -241,7 +240,6 @@ def run(
             *rows,
         ]
     )
-    path = Path(out_dir) / "env_speed.md"
-    update_markdown_section(path, SECTION, body, FILE_PREAMBLE)
+    path = write_env_speed_section(out_dir, SECTION, body)
     log(f"[env-speed] WebShop: wrote {path}")
     return results

@@ -50,8 +50,8 @@ import torch
 from agentrl.algos.grpo import GRPOConfig as AdvantageConfig
 from agentrl.algos.grpo import grpo_traj_advantage
 from agentrl.bench._report import cpu_name, version
-from agentrl.learner import Learner, LearnerConfig, Sample
-from agentrl.model import ModelConfig, build_tiny_model, build_tokenizer
+from agentrl.learn.learner import Learner, LearnerConfig, Sample
+from agentrl.learn.model import ModelConfig, build_tiny_model, build_tokenizer
 from agentrl.rollout import HFBackend, Sampling, encode_prompt
 
 TARGET = 1.5

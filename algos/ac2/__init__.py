@@ -1,19 +1,19 @@
 """AC2 advantage (``algo=ac2``): endpoint value minus its prefix group's mean (ALGOS.md §5).
 
 Each step of the batch is one continuation of a prefix (the prefix sits in the prompt, so only
-the new tokens are trained); its reward is the endpoint value that :class:`agentrl.ac2_driver.
+the new tokens are trained); its reward is the endpoint value that :class:`agentrl.algos.ac2.driver.
 AC2Driver` computed — the critic's grid estimate, or the grader's reward when the continuation
 finished. Rows whose critic answer was off-grid are marked invalid and get advantage 0.
 """
 
 from __future__ import annotations
 
-from agentrl.ac2 import AC2Config, ac2_advantages
-from agentrl.batch import StepBatch
+from agentrl.algos.ac2.core import AC2Config, ac2_advantages
 from agentrl.credit import Advantages, register_estimator
+from agentrl.credit.batch import StepBatch
 
 
-@register_estimator("ac2", config=AC2Config, driver="agentrl.ac2_driver:AC2Driver")
+@register_estimator("ac2", config=AC2Config, driver="agentrl.algos.ac2.driver:AC2Driver")
 def ac2(batch: StepBatch, graph: object, cfg: AC2Config) -> Advantages:
     """(N,) float64: v_i − mean_j v_j over the valid rows of each prefix group."""
     group = batch.traj_group[batch.step_traj]

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from agentrl.batch import StepBatch
+from agentrl.credit.batch import StepBatch
 
 
 @dataclass(frozen=True)

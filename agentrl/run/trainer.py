@@ -1,8 +1,8 @@
 """The training loop: rollout → credit → PPO update → log → checkpoint, read top to bottom.
 
-:func:`train` takes a validated :class:`~agentrl.runconfig.RunConfig` and an output directory.
+:func:`train` takes a validated :class:`~agentrl.run.config.RunConfig` and an output directory.
 Each iteration draws B task seeds, rolls out G episodes per task with the current policy,
-flattens them into a :class:`~agentrl.batch.StepBatch`, builds the trajectory graph when the
+flattens them into a :class:`~agentrl.credit.batch.StepBatch`, builds the trajectory graph when the
 estimator needs one, asks the estimator for one advantage per step, broadcasts it to the
 response tokens and runs the learner. Every ``eval_every`` iterations the policy plays held-out
 seeds (seeds ≥ 2³¹, never drawn for training) at the evaluation temperature.
@@ -28,12 +28,11 @@ import numpy as np
 import torch
 import yaml
 
-from agentrl.batch import StepBatch, TrajectoryGroup, flat_steps
 from agentrl.credit import compute_advantages, get_estimator
-from agentrl.env_pool import make_pool
-from agentrl.graph import build_graph
-from agentrl.learner import Learner, Sample
-from agentrl.model import (
+from agentrl.credit.batch import StepBatch, TrajectoryGroup, flat_steps
+from agentrl.credit.graph import build_graph
+from agentrl.learn.learner import Learner, Sample
+from agentrl.learn.model import (
     build_tiny_model,
     build_tokenizer,
     enable_checkpointing,
@@ -41,10 +40,11 @@ from agentrl.model import (
     prepare_for_training,
     save_model,
 )
-from agentrl.prompting import build_prompt
 from agentrl.registry import env_spec, make
 from agentrl.rollout import HFBackend, Sampling, collect
-from agentrl.runconfig import RunConfig
+from agentrl.rollout.env_pool import make_pool
+from agentrl.rollout.prompting import build_prompt
+from agentrl.run.config import RunConfig
 
 log = logging.getLogger("agentrl")
 
@@ -234,7 +234,7 @@ def make_backend(cfg: RunConfig, model, tokenizer, out_dir: Path):
     rc = cfg.rollout
     if rc.backend == "hf":
         return HFBackend(model, tokenizer, rc.max_batch_size)
-    from agentrl.vllm_backend import VLLMBackend
+    from agentrl.rollout.vllm_backend import VLLMBackend
 
     init = out_dir / "vllm_init"
     save_model(
@@ -313,7 +313,7 @@ def train(cfg: RunConfig, out_dir: str | Path) -> dict[str, float]:
             )
     scorer = None
     if estimator.needs_scorer:
-        from agentrl.scoring import PolicyScorer
+        from agentrl.learn.scoring import PolicyScorer
 
         scorer = PolicyScorer(
             model,

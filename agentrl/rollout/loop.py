@@ -2,29 +2,24 @@
 
 For B tasks × G rollouts the B·G environments are reset (the G members of a group with the
 same seed, so they share the task). Each turn the prompts of all live episodes are generated in
-one batched call of the rollout backend; each response is projected to an action, the
-environment steps, and the turn is recorded as a :class:`~agentrl.batch.Step`. Episodes that end
-drop out of the next call.
-
-Backends implement ``generate(prompts, sampling) -> list[Generation]`` with token ids and
-per-token sampling log-probs; ``hf`` (transformers ``generate``, CPU or GPU) is always available.
-Sampling log-probs are ``log_softmax(logits / temperature)`` of the raw logits — the same
-quantity the learner recomputes — without the top-k/top-p truncation.
+one batched call of the rollout backend (:mod:`agentrl.rollout.backends`); each response is
+projected to an action, the environment steps, and the turn is recorded as a
+:class:`~agentrl.credit.batch.Step`. Episodes that end drop out of the next call.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal
 
 import gymnasium as gym
-import torch
 
-from agentrl.batch import Step, Trajectory, TrajectoryGroup
 from agentrl.configuration import check
-from agentrl.env_pool import EnvPool, InlinePool, PoolConfig
-from agentrl.prompting import ActionFormat, build_prompt, project_action
+from agentrl.credit.batch import Step, Trajectory, TrajectoryGroup
+from agentrl.rollout.backends import Backend, Sampling, encode_prompt
+from agentrl.rollout.env_pool import EnvPool, InlinePool, PoolConfig
+from agentrl.rollout.prompting import ActionFormat, build_prompt, project_action
 
 
 @dataclass(frozen=True)
@@ -98,131 +93,6 @@ class RolloutConfig:
         )
 
 
-@dataclass(frozen=True)
-class Sampling:
-    """Sampling parameters of one generate call."""
-
-    max_new_tokens: int
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    stop_strings: tuple[str, ...] = ()
-
-
-@dataclass
-class Generation:
-    """One generated response."""
-
-    token_ids: list[int]
-    logprobs: list[float]
-    text: str
-
-
-class Backend(Protocol):
-    """What a rollout backend provides."""
-
-    def generate(self, prompts: Sequence[list[int]], sampling: Sampling) -> list[Generation]: ...
-
-    def sync(self, model) -> None:
-        """Make the next generations use ``model``'s current weights."""
-
-
-class HFBackend:
-    """Generation with transformers ``generate`` (KV cache, left padding), CPU or GPU."""
-
-    def __init__(self, model, tokenizer, max_batch_size: int = 256):
-        self.model = model
-        self.tokenizer = tokenizer
-        self.max_batch_size = max_batch_size
-
-    def sync(self, model) -> None:
-        """Nothing to do: generation runs on the training model itself."""
-
-    @torch.no_grad()
-    def generate(self, prompts: Sequence[list[int]], sampling: Sampling) -> list[Generation]:
-        out: list[Generation] = []
-        for i in range(0, len(prompts), self.max_batch_size):
-            out.extend(self._generate(prompts[i : i + self.max_batch_size], sampling))
-        return out
-
-    def _generate(self, prompts: Sequence[list[int]], sampling: Sampling) -> list[Generation]:
-        from transformers import GenerationConfig
-
-        tok = self.tokenizer
-        device = next(self.model.parameters()).device
-        pad, eos = tok.pad_token_id, tok.eos_token_id
-        width = max(len(p) for p in prompts)
-        input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)  # (B, T) left-padded
-        attention = torch.zeros((len(prompts), width), dtype=torch.long)
-        for r, p in enumerate(prompts):
-            input_ids[r, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            attention[r, width - len(p) :] = 1
-        greedy = sampling.temperature == 0
-        gen_cfg = GenerationConfig(
-            max_new_tokens=sampling.max_new_tokens,
-            do_sample=not greedy,
-            temperature=None if greedy else sampling.temperature,
-            # Explicit values: transformers fills None with its defaults (top_k=50).
-            top_p=None if greedy else sampling.top_p,
-            top_k=None if greedy else sampling.top_k,
-            pad_token_id=pad,
-            eos_token_id=eos,
-            # A sampled pad would be indistinguishable from padding after the end.
-            suppress_tokens=[pad] if pad != eos else None,
-            stop_strings=list(sampling.stop_strings) or None,
-            output_logits=True,
-            return_dict_in_generate=True,
-        )
-        was_training = self.model.training
-        self.model.eval()
-        res = self.model.generate(
-            input_ids=input_ids.to(device),
-            attention_mask=attention.to(device),
-            generation_config=gen_cfg,
-            tokenizer=tok if sampling.stop_strings else None,
-        )
-        if was_training:
-            self.model.train()
-        seqs = res.sequences[:, width:].cpu()  # (B, L)
-        logits = torch.stack(res.logits, dim=1).float()  # (B, L, V) raw
-        temp = 1.0 if greedy else sampling.temperature
-        logp = torch.log_softmax(logits / temp, dim=-1)
-        token_logp = logp.gather(-1, seqs.to(logp.device).unsqueeze(-1)).squeeze(-1).cpu()  # (B, L)
-        gens = []
-        for r in range(len(prompts)):
-            row = seqs[r].tolist()
-            n = _response_length(row, pad, eos)
-            ids = row[:n]
-            gens.append(
-                Generation(
-                    token_ids=ids,
-                    logprobs=token_logp[r, :n].tolist(),
-                    text=tok.decode(ids, skip_special_tokens=True),
-                )
-            )
-        return gens
-
-
-def _response_length(row: list[int], pad: int, eos: int) -> int:
-    """Length of a generated row: through the first EOS, else up to the trailing padding."""
-    if eos in row:
-        return row.index(eos) + 1
-    n = len(row)
-    while n > 0 and row[n - 1] == pad:
-        n -= 1
-    return n
-
-
-def encode_prompt(tokenizer, text: str, max_tokens: int) -> list[int]:
-    """Chat-format ``text`` as a user turn and tokenize it, keeping the last ``max_tokens``."""
-    if getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
-        )
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    return ids[-max_tokens:]
-
-
 def collect(
     envs: EnvPool | Sequence[gym.Env],
     seeds: Sequence[int],
@@ -236,7 +106,7 @@ def collect(
     len(envs) // len(seeds)`` and is reset with ``seeds[j // G]`` (and ``options``, e.g.
     ``{"split": "eval"}`` for evaluation).
 
-    ``envs`` is an :class:`~agentrl.env_pool.EnvPool` (the environments of a batch step
+    ``envs`` is an :class:`~agentrl.rollout.env_pool.EnvPool` (the environments of a batch step
     together, possibly in worker processes) or a plain list of environments.
 
     Returns:

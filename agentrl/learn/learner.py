@@ -5,7 +5,7 @@ generated, with the step's advantage broadcast to every response token. Per mini
 is the clipped surrogate (asymmetric clip ε_low/ε_high, dual clip ``c`` for negative
 advantages; token- or step-level ratio), aggregated by ``learner.loss_agg``, plus
 ``kl_coef``·KL to a frozen reference and minus ``entropy_coef``·entropy (pieces in
-:mod:`agentrl.losses`; ALGOS.md §8). Mini-batches are split into micro-batches by a token
+:mod:`agentrl.learn.losses`; ALGOS.md §8). Mini-batches are split into micro-batches by a token
 budget; each micro-batch's loss is normalised by the *mini-batch's* token/sequence counts, so
 gradient accumulation gives exactly the mini-batch gradient. Old log-probs come from the
 sampler or are recomputed by the trainer (``learner.old_logprobs``); the mismatch between the
@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from agentrl.configuration import check
-from agentrl.losses import (
+from agentrl.learn.losses import (
     KLType,
     LossAgg,
     RatioLevel,
@@ -65,7 +65,7 @@ class LearnerConfig:
     """``token``: PPO's per-token ratio; ``step``: one length-normalised ratio per response
     (GSPO-style; GAGPO's action-level ratio — use small clips, e.g. 3e-4/4e-4)."""
     loss_agg: LossAgg = "token-mean"
-    """How token losses are aggregated (see :func:`agentrl.losses.aggregate_loss`)."""
+    """How token losses are aggregated (see :func:`agentrl.learn.losses.aggregate_loss`)."""
     loss_scale: int = 0
     """Divisor of ``seq-mean-token-sum-norm``; 0 = ``rollout.max_new_tokens``."""
     kl_coef: float = 0.0

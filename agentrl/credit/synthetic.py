@@ -1,11 +1,11 @@
 """Random finite MDPs with known behaviour values, to check credit estimators against the truth.
 
 A :class:`SyntheticMDP` has S ordinary states, A actions and two absorbing nodes, *success*
-(node S) and *failure* (node S + 1), like the trajectory graph of :mod:`agentrl.graph`. The
+(node S) and *failure* (node S + 1), like the trajectory graph of :mod:`agentrl.credit.graph`. The
 behaviour policy μ is known, so the quantities CRBC estimates from rollouts (ALGOS.md §2) are
 exact here: V^μ(s), the β-discounted success probability under μ, and Q^μ(s, a)
 (:func:`exact_values`). :func:`sample_groups` draws groups of rollouts from μ as a
-:class:`~agentrl.batch.StepBatch` together with the true per-step advantage
+:class:`~agentrl.credit.batch.StepBatch` together with the true per-step advantage
 Q^μ(s_t, a_t) − V^μ(s_t), and :class:`SyntheticScorer` stands in for the policy model for
 estimators that rescore responses (RELACE).
 
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agentrl.batch import StepBatch, StepTexts
+from agentrl.credit.batch import StepBatch, StepTexts
 
 
 @dataclass(frozen=True, eq=False)

@@ -1,6 +1,6 @@
 """The AC2 rollout driver: refill, prefixes, chunked continuations, critic and readiness.
 
-See :mod:`agentrl.ac2` for the algorithm; this module runs it against a model, a rollout
+See :mod:`agentrl.algos.ac2.core` for the algorithm; this module runs it against a model, a rollout
 backend and a single-turn environment whose reward is points / 7 (``env=proof``). The trainer
 uses it in place of the episode rollout when ``algo=ac2`` (the estimator registers it as its
 ``driver``):
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentrl.ac2 import (
+from agentrl.algos.ac2.core import (
     GRID,
     AC2Config,
     Attempt,
@@ -33,10 +33,10 @@ from agentrl.ac2 import (
     parse_value,
     value_prompt,
 )
-from agentrl.batch import Step, Trajectory, TrajectoryGroup
-from agentrl.prompting import build_prompt
+from agentrl.credit.batch import Step, Trajectory, TrajectoryGroup
 from agentrl.registry import make
 from agentrl.rollout import Sampling, encode_prompt
+from agentrl.rollout.prompting import build_prompt
 
 EVAL_SEED_BASE = 2**31
 

@@ -2,7 +2,7 @@
 
 With no arguments it trains ``env=sokoban algo=grpo model=tiny`` (see ``configs/config.yaml``).
 Hydra composes the config groups ``env/ algo/ model/ rollout/ learner/ trainer/``; every value
-is then validated (:func:`agentrl.runconfig.build_run_config`) before any work starts, so a
+is then validated (:func:`agentrl.run.config.build_run_config`) before any work starts, so a
 broken config fails at once with a message naming the bad key and the valid choices.
 """
 
@@ -16,7 +16,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from agentrl.configuration import ConfigError
-from agentrl.runconfig import RunConfig, build_run_config, register_schemas
+from agentrl.run.config import RunConfig, build_run_config, register_schemas
 
 log = logging.getLogger("agentrl")
 
@@ -28,7 +28,7 @@ def _main(cfg: DictConfig) -> None:
     except ConfigError as exc:
         log.error("invalid config: %s", exc)
         sys.exit(2)
-    from agentrl.trainer import train
+    from agentrl.run.trainer import train
 
     out_dir = run_cfg.trainer.out_dir or HydraConfig.get().runtime.output_dir
     train(run_cfg, out_dir)
@@ -51,7 +51,3 @@ def compose(overrides: list[str] | None = None) -> RunConfig:
 def main() -> None:
     register_schemas()
     _main()
-
-
-if __name__ == "__main__":
-    main()

@@ -1,8 +1,8 @@
 """Registry of credit-assignment estimators and their shared return type.
 
 An estimator is a pure function ``fn(batch, graph, cfg) -> Advantages``: ``batch`` is a
-:class:`~agentrl.batch.StepBatch`, ``graph`` the batch's
-:class:`~agentrl.graph.TrajectoryGraph` (``None`` for estimators registered with
+:class:`~agentrl.credit.batch.StepBatch`, ``graph`` the batch's
+:class:`~agentrl.credit.graph.TrajectoryGraph` (``None`` for estimators registered with
 ``needs_graph=False``), ``cfg`` the estimator's own frozen config dataclass. Register with::
 
     @register_estimator("grpo", config=GRPOConfig)
@@ -23,8 +23,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from agentrl.batch import StepBatch
 from agentrl.configuration import ConfigError, closest, from_mapping
+from agentrl.credit.batch import StepBatch
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,6 @@ def register_estimator(
 
 
 def _ensure_builtin() -> None:
-    import agentrl.algos  # noqa: F401 - registers the bundled estimators
     from agentrl.registry import load_plugins
 
     load_plugins("agentrl.algos")
@@ -140,7 +139,7 @@ def compute_advantages(
     """Run estimator ``name`` on ``batch`` and add the shared diagnostics.
 
     ``graph`` is built here if the estimator needs one and none is given (callers running
-    several estimators on one batch build it once with :func:`agentrl.graph.build_graph`).
+    several estimators on one batch build it once with :func:`agentrl.credit.graph.build_graph`).
     Adds ``credit/solve_time_s``, ``credit/adv_mean``, ``credit/adv_std`` and
     ``credit/nonsingleton_frac`` (fraction of steps whose anchor was visited by more than one
     step of its group) to the estimator's own metrics.
@@ -149,7 +148,7 @@ def compute_advantages(
     if cfg is None:
         cfg = spec.config_cls()
     if spec.needs_graph and graph is None:
-        from agentrl.graph import build_graph
+        from agentrl.credit.graph import build_graph
 
         graph = build_graph(batch)
     extra = {}

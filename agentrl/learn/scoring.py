@@ -8,8 +8,8 @@ of the response tokens y given the chat-formatted context (a user turn, formatte
 to its last ``max_prompt_tokens`` tokens exactly as the rollout prompts are, via
 :func:`~agentrl.rollout.encode_prompt`). Shapes: n pairs in, (n,) float64 out. Pairs are scored
 under ``torch.no_grad()`` in left-padded micro-batches of at most ``token_budget`` padded tokens,
-using the learner's :func:`~agentrl.learner.score_samples`, so a score does not depend on which
-other pairs share its micro-batch.
+using the learner's :func:`~agentrl.learn.learner.score_samples`, so a score does not depend on
+which other pairs share its micro-batch.
 
 Departures: the response is re-tokenized from its text (``add_special_tokens=False``), so it can
 differ from the sampled token ids (e.g. no trailing EOS); estimators compare scores of the same
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from agentrl.learner import Sample, score_samples
+from agentrl.learn.learner import Sample, score_samples
 from agentrl.rollout import encode_prompt
 
 
