@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from collections.abc import Iterable, Mapping
@@ -76,6 +77,9 @@ def _coerce(path: str, value: Any, annotation: Any) -> Any:
     if annotation is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{path}={value!r} must be a number.")
+        # inf/nan pass every ordering check (lr=inf > 0) and then poison the weights.
+        if not math.isfinite(value):
+            raise ConfigError(f"{path}={value!r} must be a finite number.")
         return float(value)
     if annotation is int:
         if isinstance(value, bool) or not isinstance(value, int):

@@ -16,7 +16,9 @@ that different responses executing the same action share statistics downstream.
 
 :class:`TextEnv` implements the bookkeeping (step limit, truncation vs termination, the info
 keys, never raising on bad actions); subclasses implement ``_reset``/``_step`` and draw all
-randomness from ``self.np_random``.
+randomness from ``self.np_random``. ``step`` before the first successful ``reset`` is a caller
+bug and raises :class:`ResetNeeded`, also on the unwrapped env (gymnasium's ``OrderEnforcing``
+wrapper only guards wrapped ones).
 """
 
 from __future__ import annotations
@@ -30,6 +32,11 @@ import numpy as np
 
 INFO_KEYS: tuple[str, ...] = ("anchor", "won", "admissible_actions", "task")
 STEP_INFO_KEYS: tuple[str, ...] = (*INFO_KEYS, "action_valid", "executed_action")
+
+
+class ResetNeeded(gym.error.ResetNeeded, RuntimeError):
+    """``step()`` was called before ``reset()`` started an episode. Both a gymnasium
+    ``ResetNeeded`` (what the ``OrderEnforcing`` wrapper raises) and a ``RuntimeError``."""
 
 
 class TextSpace(gym.spaces.Space[str]):
@@ -83,19 +90,27 @@ class TextEnv(gym.Env[str, str]):
       ``_task() -> str``, and optionally ``_extra_info() -> dict``.
 
     ``truncated`` becomes true when ``max_steps`` steps have been taken without termination;
-    ``terminated`` is only ever set by the subclass (a true end of the task).
+    ``terminated`` is only ever set by the subclass (a true end of the task). ``step`` before a
+    successful ``reset`` raises :class:`ResetNeeded`, so subclasses never see it.
     """
 
     metadata: dict[str, Any] = {"render_modes": ["ansi"]}  # noqa: RUF012 - gymnasium's API
     max_steps: int = 50
     ends_only_on_success: bool = False
     """True when ``terminated`` can only mean the task was solved (e.g. Sokoban)."""
+    step_concurrency: int = 1
+    """How many environments of this kind an inline pool may step at once, in threads. 1 (one
+    after another) for steps that compute; more for steps that mostly wait on I/O, e.g. the
+    proof env's remote judge (``env.judge_concurrency``). Each env is stepped by one thread at a
+    time, so an env needs no locking of its own, but what its instances share must be
+    thread-safe."""
 
     def __init__(self) -> None:
         self.observation_space = TextSpace()
         self.action_space = TextSpace()
         self._t = 0
         self._done = True
+        self._started = False  # a reset has succeeded: the subclass holds an episode
         self._last_obs = ""
 
     # -- hooks for subclasses ------------------------------------------------------------
@@ -137,11 +152,22 @@ class TextEnv(gym.Env[str, str]):
     ) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
         self._t = 0
-        self._done = False
+        # A reset that raises (e.g. bad options) leaves no episode to step.
+        self._started = False
+        self._done = True
         self._last_obs = self._reset(options)
+        self._done = False
+        self._started = True
         return self._last_obs, self._info()
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if not self._started:
+            # Without an episode the subclass has no state to describe (Sokoban divided by a
+            # zero-width board, ALFWorld read a missing game): say what the caller must do.
+            raise ResetNeeded(
+                f"{type(self).__name__}.step() was called before reset(): call reset() to "
+                "start an episode first"
+            )
         if self._done:
             # Stepping a finished episode is a caller bug, but it must not crash a run.
             info = self._info()

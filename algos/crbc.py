@@ -94,7 +94,7 @@ class CRBCConfig:
     norm_by_std: bool = True
     """For the GRPO base: divide by the group's std (false gives Dr.GRPO)."""
     epsilon: float = 1e-6
-    """For the GRPO base: added to the group's std to avoid 0/0."""
+    """For the GRPO base: added to the group's std; 0 is allowed (all-equal groups give 0)."""
 
     def __post_init__(self) -> None:
         check(0.0 < self.beta <= 1.0, "algo.beta", self.beta, "in (0, 1]")

@@ -6,18 +6,27 @@ R_i = Σ_{t=0}^{T_i−1} r_{i,t}. The step term is A^S(i,t) = (G_{i,t} − mean_
 where G_{i,t} = Σ_{k=t}^{T_i−1} γ^{k−t} r_{i,k} is the discounted return-to-go (reset at each
 trajectory's end, no bootstrap after truncation) and G^S is the set of steps of the same group
 whose anchor equals s_{i,t} (``StepBatch.step_anchor`` ids never match across groups). F_norm is
-1 for ``mode="mean_norm"`` and the unbiased std + ε for ``"mean_std_norm"`` (the verl-agent
-scripts' choice and our default; the verl-agent function default is ``mean_norm``). Edge cases
-follow verl-agent: a group with one trajectory uses mean 0 and std 1 (A^E = R_i, or R_i/(1 + ε)),
-a singleton anchor group gives A^S = 0, and an all-equal group gives exactly 0. Departure from
-the older verl-agent code (ALGOS.md §1 "Version difference"): the episode mean and std take ONE
-VALUE PER TRAJECTORY, as Eq. 3 is written and as the newer code does; the older code appended
-one value per step-row, so a 50-step failure weighed 50 times as much as a 3-step success and
-the baseline drifted toward the long (usually failing, time-limited) trajectories. Revisits of
-an anchor within one trajectory are separate group members (earlier visits have smaller
-discounted returns, so loops are penalised). Optional ``similarity`` clustering merges anchors
-of one group whose ``str()`` texts match by ``difflib.SequenceMatcher`` ratio (greedy, first
-matching representative wins, as verl-agent's ``build_step_group``); it needs
+1 for ``mode="mean_norm"`` and the unbiased std + ε for ``"mean_std_norm"`` (our default; the
+verl-agent function default is ``mean_norm``, and 10 of verl-agent's 14 example scripts use
+``mean_norm``, so ``algo.mode=mean_norm`` matches most of its published runs). Edge cases
+follow verl-agent: a group with one member uses mean 0 and std 1 (A^E = R_i, or R_i/(1 + ε)),
+a singleton anchor group gives A^S = 0, and an all-equal group gives exactly 0.
+
+Episode statistics (``episode_stats``). ``"trajectory"`` (our default) gives the episode mean
+and std ONE VALUE PER TRAJECTORY, as the paper's Eq. 3 is written and as verl-agent did before
+its 2025-06 change. verl-agent's shipped code since that change computes them with one value per
+step-row (``episode_norm_reward(compute_mean_std_cross_steps=True)``, its default): every step
+of trajectory i contributes R_i once, so the mean is Σ_i T_i R_i / Σ_i T_i, a 50-step failure
+weighs 50 times as much as a 3-step success, and the baseline drifts toward the long (usually
+failing, time-limited) trajectories; a group is a singleton there only if it has a single step
+in all (one trajectory of several steps has equal rows, so A^E = 0). ``"step"`` reproduces
+verl-agent's shipped behaviour exactly. (ALGOS.md §1 "Version difference" describes this
+history the other way round.)
+
+Revisits of an anchor within one trajectory are separate group members (earlier visits have
+smaller discounted returns, so loops are penalised). Optional ``similarity`` clustering merges
+anchors of one group whose ``str()`` texts match by ``difflib.SequenceMatcher`` ratio (greedy,
+first matching representative wins, as verl-agent's ``build_step_group``); it needs
 ``StepBatch.anchor_keys``. Shapes: N steps, M trajectories.
 """
 
@@ -37,6 +46,8 @@ from agentrl.credit.batch import StepBatch
 
 NormMode = Literal["mean_norm", "mean_std_norm"]
 NORM_MODES: tuple[str, ...] = ("mean_norm", "mean_std_norm")
+EpisodeStats = Literal["trajectory", "step"]
+EPISODE_STATS: tuple[str, ...] = ("trajectory", "step")
 
 
 @dataclass(frozen=True)
@@ -53,10 +64,14 @@ class GiGPOConfig:
     """Added to the std in ``mean_std_norm`` mode."""
     similarity: float = 0.0
     """0 groups exactly equal anchors; in (0, 1] clusters anchor texts with ratio ≥ this."""
+    episode_stats: EpisodeStats = "trajectory"
+    """Members of the episode mean/std: one value per ``trajectory`` (the paper's Eq. 3) or one
+    per ``step``-row (verl-agent's shipped code, ``compute_mean_std_cross_steps=True``)."""
 
     def __post_init__(self) -> None:
         check_gigpo_fields(self.gamma, self.mode, self.epsilon, self.similarity)
         check(self.omega >= 0, "algo.omega", self.omega, ">= 0")
+        check_choice("algo.episode_stats", self.episode_stats, EPISODE_STATS)
 
 
 def check_gigpo_fields(gamma: float, mode: str, epsilon: float, similarity: float) -> None:
@@ -73,19 +88,36 @@ def check_gigpo_fields(gamma: float, mode: str, epsilon: float, similarity: floa
 
 
 def episode_advantage(
-    traj_return: np.ndarray, traj_group: np.ndarray, n_groups: int, mode: str, epsilon: float
+    traj_return: np.ndarray,
+    traj_group: np.ndarray,
+    n_groups: int,
+    mode: str,
+    epsilon: float,
+    traj_len: np.ndarray | None = None,
 ) -> np.ndarray:
-    """A^E per trajectory, one value per trajectory in the group statistics (Eq. 3).
+    """A^E per trajectory (Eq. 3).
 
     Args:
         traj_return: (M,) float — undiscounted return R_i of each trajectory.
         traj_group: (M,) int in [0, n_groups) — task group of each trajectory.
         mode: ``mean_norm`` or ``mean_std_norm``.
+        traj_len: None for one value per trajectory in the group statistics; (M,) int T_i for
+            one value per step-row (verl-agent's ``compute_mean_std_cross_steps=True``): R_i
+            counts T_i times, mean = Σ T_i R_i / Σ T_i, unbiased std over the Σ T_i rows.
     Returns:
-        (M,) float64. A group of one uses mean 0 and std 1.
+        (M,) float64. A group of one member (one trajectory, or one step-row) uses mean 0 and
+        std 1. With ``traj_len``, trajectories without steps (no rows) get their uncentred R_i.
     """
     traj_return = np.asarray(traj_return, dtype=np.float64)
-    centred, std, count = centred_by_group(traj_return, traj_group, n_groups)
+    if traj_len is None:
+        centred, std, count = centred_by_group(traj_return, traj_group, n_groups)
+    else:
+        m = traj_return.shape[0]
+        rows = np.repeat(np.arange(m), traj_len)  # (Σ T_i,) trajectory of each step-row
+        row_c, row_std, row_count = centred_by_group(traj_return[rows], traj_group[rows], n_groups)
+        # All rows of a trajectory carry the same R_i, hence the same centred value.
+        centred, std, count = np.zeros(m), np.ones(m), np.zeros(m)
+        centred[rows], std[rows], count[rows] = row_c, row_std, row_count
     single = count <= 1
     centred = np.where(single, traj_return, centred)
     if mode == "mean_norm":
@@ -192,14 +224,24 @@ def anchor_groups(batch: StepBatch, similarity: float) -> tuple[np.ndarray, int]
 
 
 def gigpo_components(
-    batch: StepBatch, gamma: float, mode: str, epsilon: float, similarity: float
+    batch: StepBatch,
+    gamma: float,
+    mode: str,
+    epsilon: float,
+    similarity: float,
+    episode_stats: str = "trajectory",
 ) -> tuple[np.ndarray, np.ndarray]:
     """The two GiGPO advantages of a batch, before weighting.
+
+    ``episode_stats`` is ``"trajectory"`` or ``"step"`` (see :class:`GiGPOConfig`).
 
     Returns:
         (episode, step): (M,) float64 A^E per trajectory and (N,) float64 A^S per step.
     """
-    episode = episode_advantage(batch.traj_return, batch.traj_group, batch.n_groups, mode, epsilon)
+    traj_len = batch.traj_len if episode_stats == "step" else None
+    episode = episode_advantage(
+        batch.traj_return, batch.traj_group, batch.n_groups, mode, epsilon, traj_len
+    )
     returns = discounted_returns(batch.step_reward, batch.step_traj, gamma)
     groups, n_anchor = anchor_groups(batch, similarity)
     step = step_advantage(returns, groups, n_anchor, mode, epsilon)
@@ -209,7 +251,9 @@ def gigpo_components(
 @register_estimator("gigpo", config=GiGPOConfig)
 def gigpo(batch: StepBatch, graph: object, cfg: GiGPOConfig) -> Advantages:
     """GiGPO advantage A^E + ω·A^S: (N,) float64."""
-    episode, step = gigpo_components(batch, cfg.gamma, cfg.mode, cfg.epsilon, cfg.similarity)
+    episode, step = gigpo_components(
+        batch, cfg.gamma, cfg.mode, cfg.epsilon, cfg.similarity, cfg.episode_stats
+    )
     return Advantages(
         step=episode[batch.step_traj] + cfg.omega * step,
         metrics={"step_adv_std": safe_std(step), "episode_adv_std": safe_std(episode)},

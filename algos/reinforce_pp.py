@@ -87,7 +87,7 @@ def reinforce_pp_baseline_advantage(
     return batch_whiten(centred[step_traj], epsilon)
 
 
-@register_estimator("reinforce_pp", config=ReinforcePPConfig)
+@register_estimator("reinforce_pp", config=ReinforcePPConfig, group_based=False)
 def reinforce_pp(batch: StepBatch, graph: object, cfg: ReinforcePPConfig) -> Advantages:
     """REINFORCE++ (without the KL reward): (N,) float64 whitened returns-to-go."""
     returns = discounted_returns(batch.step_reward, batch.step_traj, cfg.gamma)
@@ -97,7 +97,10 @@ def reinforce_pp(batch: StepBatch, graph: object, cfg: ReinforcePPConfig) -> Adv
     )
 
 
-@register_estimator("reinforce_pp_baseline", config=ReinforcePPBaselineConfig)
+# Groups of one fall back to the raw return, so one rollout per task is a valid setting.
+@register_estimator(
+    "reinforce_pp_baseline", config=ReinforcePPBaselineConfig, group_based=False
+)
 def reinforce_pp_baseline(
     batch: StepBatch, graph: object, cfg: ReinforcePPBaselineConfig
 ) -> Advantages:

@@ -42,13 +42,13 @@ from typing import Literal
 
 import numpy as np
 
+from agentrl.algos._common import centred_by_group, divide_or_zero
 from agentrl.algos.grpo import GRPOConfig, grpo_traj_advantage
 from agentrl.configuration import check
 from agentrl.credit import (
     Advantages,
     Scorer,
     discounted_returns,
-    group_mean_std,
     register_estimator,
     steps_from_end,
 )
@@ -76,7 +76,8 @@ class RELACEConfig:
     norm_by_std: bool = True
     """GRPO episode term divides by the group std (false: Dr.GRPO)."""
     epsilon: float = 1e-6
-    """Added to stds (episode term and ``mean_std_norm``) to avoid 0/0."""
+    """Added to stds (episode term and ``mean_std_norm``); 0 is allowed (all-equal groups and
+    singleton anchors give 0)."""
     max_obs_chars: int = 512
     """Final observations in the outcome text keep their first this many characters."""
 
@@ -153,10 +154,10 @@ def anchor_local_advantage(
     """
     if values.shape[0] == 0:
         return np.zeros(0)
-    mean, std, count = group_mean_std(values, step_anchor, int(step_anchor.max()) + 1)
-    adv = values - mean
+    # Exactly 0 in all-equal groups (and singletons), and zero-safe for ε = 0.
+    adv, std, count = centred_by_group(values, step_anchor, int(step_anchor.max()) + 1)
     if mode == "mean_std_norm":
-        adv = adv / (std + epsilon)
+        adv = divide_or_zero(adv, std + epsilon)
     return np.where(count > 1, adv, 0.0)
 
 

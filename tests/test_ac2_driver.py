@@ -205,7 +205,7 @@ def test_ac2_trains_on_proof_derivations_end_to_end(tmp_path):
     assert rows[1]["ac2/buffer_size"] == 3 and rows[2]["ac2/buffer_size"] == 6
     assert rows[2]["perf/decode_tokens_total"] > rows[1]["perf/decode_tokens_total"] > 0
     assert "ac2/critic_lr" in rows[2] and "eval/return" in rows[2]
-    state = torch.load(out / "checkpoints" / "iter-000002" / "trainer_state.pt", weights_only=False)
+    state = torch.load(out / "checkpoints" / "iter-000002" / "trainer_state.pt", weights_only=True)
     assert len(state["driver"]["buffer"]["items"]) == 6
 
 

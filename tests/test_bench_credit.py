@@ -21,6 +21,7 @@ def test_credit_benchmark_quick(tmp_path):
     assert not quality.errors and not timing.errors, (quality.errors, timing.errors)
     for name in list_estimators():  # every estimator was timed at every size
         assert all(t is not None and t >= 0 for t in timing.est_s[name])
+    assert quality.per_step["ac2"]  # its credit differs between the steps of an episode
 
 
 def test_credit_metrics_hand_computed():
@@ -37,3 +38,42 @@ def test_credit_metrics_hand_computed():
     # Ties share the mean rank: ranks (2.5, 2.5, 1, 4) against (1, 2, 3, 4).
     m = credit_metrics(np.array([1.0, 1.0, 0.0, 3.0]), truth)
     assert abs(m["spearman"] - 1.5 / np.sqrt(4.5 * 5.0)) < 1e-12
+
+
+def test_ac2_gets_one_continuation_per_step():
+    """AC2 has its own rollout driver: the benchmark hands it each step as a continuation of
+    its state (group = anchor), valued by the return that followed it."""
+    import numpy as np
+    from helpers import make_batch
+
+    from agentrl.bench.credit import _run_one, continuation_batch, driver_batches
+
+    batch = make_batch(
+        [
+            [[("s", "a", 0.0), ("t", "b", 1.0)], [("s", "c", 0.0)], [("t", "b", 0.5)]],
+            [[("s", "a", 0.25), ("s", "a", 0.0)]],  # same key, another task: another group
+        ]
+    )
+    view = continuation_batch(batch)
+    np.testing.assert_allclose(view.step_reward, [1.0, 1.0, 0.0, 0.5, 0.25, 0.0])
+    assert view.traj_group.tolist() == batch.step_anchor.tolist()
+    assert view.n_trajs == view.n_steps == batch.n_steps
+    assert len(set(batch.step_anchor[[0, 2]])) == 1 and batch.step_anchor[0] != batch.step_anchor[4]
+    views = driver_batches(["ac2", "grpo"], batch)
+    assert set(views) == {"ac2"}
+    adv = _run_one("ac2", batch, None, None, views)
+    # groups: s of task 0 {1, 0} → mean 0.5; t of task 0 {1, 0.5} → 0.75; s of task 1 {0.25, 0}
+    np.testing.assert_allclose(adv, [0.5, 0.25, -0.5, -0.25, 0.125, -0.125])
+
+
+def test_a_driver_estimator_without_a_synthetic_batch_is_an_error(monkeypatch):
+    import pytest
+    from helpers import make_batch
+
+    from agentrl.bench import credit
+
+    monkeypatch.setattr(credit, "DRIVER_BATCHES", {})
+    batch = make_batch([[[("s", "a", 1.0)], [("s", "a", 0.0)]]])
+    views = credit.driver_batches(["ac2"], batch)
+    with pytest.raises(ValueError, match="ac2 rolls out with its own driver"):
+        credit._run_one("ac2", batch, None, None, views)

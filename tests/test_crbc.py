@@ -418,6 +418,22 @@ def hand_graph(n_states, counts):
     )
 
 
+def test_epsilon_zero_gives_zero_for_all_equal_groups():
+    # Group 0: two identical failures (all-equal returns: 0/0 in the GRPO base with ε = 0);
+    # group 1: a success and a failure from one state with two actions.
+    spec = [
+        [[("s", "a", 0.0), ("t", "b", 0.0)], [("s", "a", 0.0), ("t", "b", 0.0)]],
+        [[("u", "a", 1.0)], [("u", "b", 0.0)]],
+    ]
+    batch = make_batch(spec)
+    cfg = estimator_config("crbc", {"epsilon": 0.0})
+    adv = compute_advantages("crbc", batch, cfg).step  # raised FloatingPointError before
+    np.testing.assert_array_equal(adv[:4], 0.0)
+    # Group 1: A^G = ±0.5/√0.5 = ±1/√2 (no ε); Q(u,a) = β = 0.98, Q(u,b) = 0, V(u) = 0.49,
+    # σ(u) = 0.49 > σ_min → A^S = ±1; A = A^G + 5·A^S.
+    np.testing.assert_allclose(adv[4:], [np.sqrt(0.5) + 5.0, -np.sqrt(0.5) - 5.0], rtol=1e-12)
+
+
 def test_closed_cycle_is_guarded_at_beta_one():
     # From data I − M is never singular: every visited state lies on a trajectory that ends at
     # a boundary, so every state is transient. A closed cycle therefore needs a hand-built

@@ -3,17 +3,19 @@
 Each registered env must: return the right types and ``info`` keys; give identical twin
 rollouts for the same seed; accept any malformed action text without raising and report it as
 invalid (case/whitespace variants of a real action may instead be accepted, but then as that
-canonical action); truncate at its step limit; and terminate only on a true end (``won``).
+canonical action); truncate at its step limit; terminate only on a true end (``won``); and
+refuse ``step`` before ``reset`` with a clear error, wrapped or not.
 """
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from helpers import make_env
 
 import agentrl
-from agentrl.env_api import INFO_KEYS, STEP_INFO_KEYS, TextEnv
+from agentrl.env_api import INFO_KEYS, STEP_INFO_KEYS, ResetNeeded, TextEnv
 
 ENV_NAMES = agentrl.list_envs()
 
@@ -72,6 +74,31 @@ def test_types_and_info_keys(name):
     _check_info(info, STEP_INFO_KEYS)
     assert info["action_valid"] is True
     assert isinstance(info["executed_action"], str)
+
+
+@pytest.mark.parametrize("name", ENV_NAMES)
+def test_step_before_reset_raises_a_clear_error(name):
+    env = make_env(name)
+    # gymnasium's OrderEnforcing wrapper guards the made env; the env itself must too.
+    with pytest.raises(gym.error.ResetNeeded):
+        env.step("look")
+    for action in ("look", "", None):
+        with pytest.raises(ResetNeeded, match=r"before reset\(\)"):
+            env.unwrapped.step(action)  # type: ignore[arg-type]
+    assert issubclass(ResetNeeded, RuntimeError)
+    # The refusal leaves the env usable.
+    _, info = env.unwrapped.reset(seed=0)
+    *_, info2 = env.unwrapped.step(_policy_action(info, np.random.default_rng(0)))
+    assert info2["action_valid"] is True
+
+
+def test_step_after_a_failed_reset_raises():
+    env = make_env("sokoban").unwrapped
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match="unknown symbol"):
+        env.reset(seed=0, options={"level": "not a level"})
+    with pytest.raises(ResetNeeded):
+        env.step("up")
 
 
 def _rollout(name: str, seed: int, n: int = 40) -> list:

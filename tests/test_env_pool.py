@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-import crashy_env  # noqa: F401 - registers "crashy"
+import threading
+import time
+
+import crashy_env  # registers "crashy"
 import pytest
 
 from agentrl.registry import make
@@ -103,9 +106,56 @@ def test_rollout_survives_a_worker_dying_mid_batch():
             assert trajs[j].steps[0].reward == 0.0 and not trajs[j].won
         for j in (0, 2):
             assert trajs[j].won and len(trajs[j].steps) == 3
+        # ...and flagged as lost, so credit assignment and the learner leave them out.
+        assert [t.lost for t in trajs] == [False, True, False, True]
+        assert StepBatch.from_groups(groups).traj_lost.tolist() == [False, True, False, True]
+        assert groups[0].env == "crashy"
         assert pool.restarts == 1
         # The next batch runs normally on the replacement worker.
         again = collect(pool, [2, 3], ScriptedBackend(["tick"] * 12), tok, cfg,
                         Sampling(max_new_tokens=2))  # fmt: skip
         assert all(t.won for g in again for t in g.trajectories)
         assert StepBatch.from_groups(again).n_steps == 12
+
+
+class _SlowIOEnv(crashy_env.CrashyEnv):
+    """CrashyEnv whose steps wait (like a remote call) and may run 4 at a time in threads."""
+
+    step_concurrency = 4
+    lock = None
+    in_flight = 0
+    max_in_flight = 0
+
+    def _step(self, action):
+        cls = type(self)
+        with cls.lock:
+            cls.in_flight += 1
+            cls.max_in_flight = max(cls.max_in_flight, cls.in_flight)
+        try:
+            time.sleep(0.1)
+            return super()._step(action)
+        finally:
+            with cls.lock:
+                cls.in_flight -= 1
+
+
+@pytest.mark.parametrize("declared", [4, 1])
+def test_inline_pool_steps_io_bound_envs_in_threads_in_order(monkeypatch, declared):
+    monkeypatch.setattr(_SlowIOEnv, "lock", threading.Lock())
+    monkeypatch.setattr(_SlowIOEnv, "step_concurrency", declared)
+    monkeypatch.setattr(_SlowIOEnv, "max_in_flight", 0)
+    pool = InlinePool([_SlowIOEnv() for _ in range(6)])
+    pool.reset([(j, j, None) for j in range(6)])
+    actions = ["tick", "bogus", "raise", "tick", "tick", "bogus"]
+    out = pool.step(list(enumerate(actions)))
+    assert [info["action_valid"] for *_, info in out] == [True, False, False, True, True, False]
+    assert [r for _, r, *_ in out] == [1.0, 0.0, 0.0, 1.0, 1.0, 0.0]
+    assert "environment bug" in out[2][4]["worker_error"] and out[2][3]  # lost, truncated
+    # At most `declared` at once (and more than one when allowed: the steps overlap).
+    assert _SlowIOEnv.max_in_flight <= declared
+    assert (_SlowIOEnv.max_in_flight > 1) == (declared > 1)
+    # An env listed twice in one step is never stepped by two threads: in order, one by one.
+    _SlowIOEnv.max_in_flight = 0
+    out = pool.step([(0, "tick"), (0, "tick"), (1, "tick")])
+    assert [o for o, *_ in out] == ["ticks=2", "ticks=3", "ticks=1"]
+    assert _SlowIOEnv.max_in_flight == 1

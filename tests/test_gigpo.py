@@ -123,12 +123,19 @@ def ref_clusters(texts: list[str], threshold: float) -> dict[str, int]:
     return cluster
 
 
-def ref_gigpo_parts(spec, gamma: float, mode: str, similarity: float = 0.0):
-    """Per step, in batch order: (A^E of its trajectory, A^S)."""
+def ref_gigpo_parts(
+    spec, gamma: float, mode: str, similarity: float = 0.0, episode_stats: str = "trajectory"
+):
+    """Per step, in batch order: (A^E of its trajectory, A^S). ``episode_stats="step"``: the
+    episode statistics take R_i once per step of trajectory i (verl-agent's step-rows)."""
     out = []
     for trajs in spec:
         totals = [sum(s[1] for s in tr["steps"]) for tr in trajs]
-        episode = [ref_normalise(r, totals, mode, 0.0) for r in totals]
+        if episode_stats == "step":
+            members = [r for r, tr in zip(totals, trajs) for _ in tr["steps"]]
+        else:
+            members = totals
+        episode = [ref_normalise(r, members, mode, 0.0) for r in totals]
         visits = []  # (anchor, return-to-go) of every step of the group, in batch order
         for tr in trajs:
             visits.extend((s[0], g) for s, g in zip(tr["steps"], ref_returns(tr["steps"], gamma)))
@@ -148,8 +155,16 @@ def ref_gigpo_parts(spec, gamma: float, mode: str, similarity: float = 0.0):
     return out
 
 
-def ref_gigpo(spec, gamma: float, mode: str, omega: float, similarity: float = 0.0):
-    return [e + omega * s for e, s in ref_gigpo_parts(spec, gamma, mode, similarity)]
+def ref_gigpo(
+    spec,
+    gamma: float,
+    mode: str,
+    omega: float,
+    similarity: float = 0.0,
+    episode_stats: str = "trajectory",
+):
+    parts = ref_gigpo_parts(spec, gamma, mode, similarity, episode_stats)
+    return [e + omega * s for e, s in parts]
 
 
 def gigpo(spec, **overrides) -> np.ndarray:
@@ -204,6 +219,45 @@ def test_golden_mean_std_norm_and_omega():
     assert adv[6] == pytest.approx(2 / (1 + EPS), rel=1e-12)
 
 
+# episode_stats="step" (verl-agent's shipped code): group 0 has one row per step, carrying its
+# trajectory's return: R = 1, 1 | 1, 1, 1 | 0; mean 5/6; centred 1/6 (τ1, τ2), −5/6 (τ3);
+#   unbiased var = (5·(1/36) + 25/36)/5 = 1/6. Group 1 has a single row: mean 0, std 1.
+AE_STEP_CENTRED = np.array([1 / 6] * 5 + [-5 / 6, 2.0])
+AE_STEP_STD = np.array([np.sqrt(1 / 6)] * 6 + [1.0])
+
+
+def test_golden_step_episode_stats_mean_norm():
+    adv = gigpo(GOLDEN, gamma=0.5, mode="mean_norm", episode_stats="step")
+    # 1/6 + 0.1875; 1/6 + 0; 1/6 − 0.0625; 1/6 + 0.1875; 1/6; −5/6 − 0.3125; 2
+    expected = [0.3541666667, 1 / 6, 0.1041666667, 0.3541666667, 1 / 6, -1.1458333333, 2.0]
+    np.testing.assert_allclose(adv, expected, rtol=1e-9)
+    np.testing.assert_allclose(adv, AE_STEP_CENTRED + AS_CENTRED, rtol=1e-12)
+
+
+def test_golden_step_episode_stats_mean_std_norm():
+    adv = gigpo(GOLDEN, gamma=0.5, omega=0.5, episode_stats="step")
+    expected = AE_STEP_CENTRED / (AE_STEP_STD + EPS) + 0.5 * AS_CENTRED / (AS_STD + EPS)
+    # step 0: (1/6)/(0.4082483 + 1e-6) + 0.5·0.1875/(0.2393568 + 1e-6) = 0.4082473 + 0.3916731
+    np.testing.assert_allclose(adv[0], 0.7999204, rtol=1e-6)
+    # τ3: (−5/6)/(0.4082483 + 1e-6) − 0.5·0.3125/(0.2393568 + 1e-6) = −2.0412365 − 0.6527885
+    np.testing.assert_allclose(adv[5], -2.6940249, rtol=1e-6)
+    np.testing.assert_allclose(adv, expected, rtol=1e-12)
+
+
+def test_episode_stats_step_weighs_long_trajectories_more():
+    # One 1-step success (R = 1) and one 3-step failure (R = 0), no shared anchors (A^S = 0).
+    spec = [[traj(("a", 1)), traj(("b", 0), ("c", 0), ("d", 0))]]
+    # Per trajectory: mean 1/2 → ±1/2. Per step-row: rows 1, 0, 0, 0, mean 1/4 → 3/4, −1/4.
+    np.testing.assert_allclose(gigpo(spec, mode="mean_norm"), [0.5, -0.5, -0.5, -0.5])
+    step = gigpo(spec, mode="mean_norm", episode_stats="step")
+    np.testing.assert_allclose(step, [0.75, -0.25, -0.25, -0.25])
+    # A lone multi-step trajectory: a singleton per trajectory (A^E = R), but its equal rows
+    # centre to 0 per step-row (verl-agent's singleton is a group with a single row).
+    lone = [[traj(("a", 0), ("b", 2))]]
+    np.testing.assert_allclose(gigpo(lone, mode="mean_norm"), [2.0, 2.0])
+    np.testing.assert_array_equal(gigpo(lone, mode="mean_norm", episode_stats="step"), 0.0)
+
+
 def test_default_gamma_is_095():
     # R = 10 at the last of three steps: G = [0.95²·10, 0.95·10, 10] = [9.025, 9.5, 10];
     # a second trajectory visits the same anchors one step later in each case.
@@ -233,6 +287,14 @@ def test_metrics():
 def test_matches_reference(spec, gamma, mode, omega):
     adv = gigpo(spec, gamma=gamma, mode=mode, omega=omega)
     np.testing.assert_allclose(adv, ref_gigpo(spec, gamma, mode, omega), rtol=1e-7, atol=1e-7)
+
+
+@PROPERTY
+@given(spec=specs, gamma=gammas, mode=st.sampled_from(("mean_norm", "mean_std_norm")))
+def test_step_episode_stats_match_reference(spec, gamma, mode):
+    adv = gigpo(spec, gamma=gamma, mode=mode, episode_stats="step")
+    expected = ref_gigpo(spec, gamma, mode, 1.0, episode_stats="step")
+    np.testing.assert_allclose(adv, expected, rtol=1e-7, atol=1e-7)
 
 
 @PROPERTY
@@ -328,6 +390,7 @@ def test_similarity_needs_anchor_keys():
         ({"omega": -1.0}, "omega"),
         ({"epsilon": -1e-6}, "epsilon"),
         ({"similarity": 1.5}, "similarity"),
+        ({"episode_stats": "rows"}, "episode_stats"),
         ({"step_advantage_w": 1.0}, "step_advantage_w"),
     ],
 )

@@ -53,3 +53,23 @@ def test_unknown_estimator_and_bad_option_are_explained():
         estimator_config("grpo", {"norm_by_sd": True})
     with pytest.raises(ConfigError, match=r"algo\.epsilon"):
         estimator_config("grpo", {"epsilon": -1.0})
+
+
+# Group 0: all-equal returns 1, 1 (mean and std exact: 0/0 with ε = 0); group 1: returns 0.1
+# three times (mean 0.10000000000000002: rounding noise over a noise std); group 2: 1, 0.
+EQUAL = [
+    [[("s", "a", 1.0)], [("s", "a", 0.5), ("t", "b", 0.5)]],
+    [[("u", "a", 0.1)], [("u", "b", 0.1)], [("u", "c", 0.1)]],
+    [[("v", "a", 1.0)], [("v", "b", 0.0)]],
+]
+
+
+@pytest.mark.parametrize("norm_by_std", [True, False])
+def test_epsilon_zero_gives_zero_for_all_equal_groups(norm_by_std):
+    batch = make_batch(EQUAL)
+    cfg = estimator_config("grpo", {"epsilon": 0.0, "norm_by_std": norm_by_std})
+    adv = compute_advantages("grpo", batch, cfg).step  # raised FloatingPointError before
+    np.testing.assert_array_equal(adv[:6], 0.0)
+    # 1 and 0: centred ±0.5, unbiased std √0.5 → ±1/√2 (no ε)
+    a = 0.5 / np.sqrt(0.5) if norm_by_std else 0.5
+    np.testing.assert_allclose(adv[6:], [a, -a], rtol=1e-15)

@@ -58,6 +58,7 @@ def test_registering_does_not_load_the_grader():
         ({"judge_timeout_s": 0}, "env.judge_timeout_s"),
         ({"judge_retries": -1}, "env.judge_retries"),
         ({"judge_base_url": "localhost:8000"}, "env.judge_base_url"),
+        ({"judge_concurrency": 0}, "env.judge_concurrency"),
         ({"colour": 1}, "env.colour"),
     ],
 )

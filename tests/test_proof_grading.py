@@ -16,13 +16,18 @@ import sympy
 
 from agentrl.envs.proof.derivations import Derivation, generate, generate_one, lin, poly
 from agentrl.envs.proof.grading import (
+    _clause_moves,
+    _normalize,
+    brackets,
     canonical_answer,
+    coarsens,
     extract_answer,
     grade,
     grade_many,
+    multiplied_out,
     ungradable_reason,
 )
-from agentrl.envs.proof.safe_math import MathSyntaxError, parse_expression
+from agentrl.envs.proof.safe_math import MathSyntaxError, parse_expression, parse_written, tokenize
 from agentrl.envs.proof.tasks import ProofTask
 
 x, y = sympy.Symbol("x"), sympy.Symbol("y")
@@ -132,6 +137,82 @@ def test_no_module_evaluates_text():
             assert name not in banned, f"{path.name}:{node.lineno} calls {name}"
 
 
+def _form(text: str):
+    return parse_written(tokenize(text)).form
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "same"),
+    [
+        ("x^2 + 5x + 6", "6 + 5*x + x**2", True),  # order, * and ** are notation
+        ("(x + 2)(x + 3)", "((x+3))*(x+2) + 0", True),
+        ("-(3x)", "(-3)x", True),  # where the sign sits
+        ("x/2", "0.5x", True),
+        ("1x^1", "x", True),
+        ("x^2 + 3x + 2x + 6", "x^2 + 5x + 6", False),  # collecting like terms is arithmetic
+        ("15/3", "5", False),
+        ("2*3x", "6x", False),
+        ("x(x + 3)", "x^2 + 3x", False),
+    ],
+)
+def test_written_form_forgets_notation_only(a, b, same):
+    assert sympy.expand(parse_expression(a) - parse_expression(b)) == 0
+    assert (_form(a) == _form(b)) is same
+
+
+@pytest.mark.parametrize(
+    ("raw", "plain"),
+    [
+        ("$x^{2} + \\frac{1}{2}x$", "x^(2) + ((1)/(2))x"),
+        ("\\left(x + 1\\right) \\cdot 3 \\times y", "(x + 1) * 3 * y"),
+        ("\\sqrt{x + 1} + √2", "sqrt(x + 1) + sqrt(2)"),
+        ("x\u00b2 \u2212 x\u00b3 \u2010 x\u207b\u00b9", "x^(2) - x^(3) - x^(-1)"),
+        ("a \u2011 b \u2012 c \u2013 d \u00b7 e \u00d7 f", "a - b - c - d * e * f"),
+        ("x \u2208 {2, 3}", "x = 2 or x = 3"),
+        ("$x \\in \\{2,3\\}$", "x = 2 or x = 3"),
+        ("The solutions are {2, -3}.", "the solutions are x = 2 or x = -3"),
+        ("x_1 = 2, x_{2} = 3", "x = 2, x = 3"),
+        ("\\boxed{x = \\dfrac{5 \\pm 1}{2}}", "x = ((5 \u00b1 1)/(2))"),
+        ("3x = 15 \\implies x = 5", "3x = 15  \u21d2  x = 5"),
+        ("1. **X = 5**.", "**x = 5**"),
+    ],
+)
+def test_notation_becomes_plain_formula_text(raw, plain):
+    assert " ".join(_normalize(raw, "equation", "x").split()) == " ".join(plain.split())
+
+
+def test_latex_nested_beyond_the_parser_bound_is_dropped():
+    assert _normalize("\\frac{" * 60 + "1" + "}{2}" * 60) == ""
+
+
+def test_progress_measures_match_the_docstring():
+    x = sympy.Symbol("x")
+
+    def moves(eq: str) -> int:
+        left, right = (parse_expression(side) for side in eq.split("="))
+        return _clause_moves(left, right, x)
+
+    linear = ["3x + 5 = 20", "3x = 15", "x + 5/3 = 20/3", "(x + 4)/3 = x - 2", "x + 4 = 3x - 6"]
+    assert [moves(e) for e in linear] == [2, 1, 1, 4, 3]
+    assert moves("x = 5") == 0 and moves("6x + 10 = 40") == moves("3x + 5 = 20")
+    quadratic = ["x^2 - 5x = -6", "x^2 - 5x + 6 = 0", "(x - 2)(x - 3) = 0", "(x - 5/2)^2 = 1/4"]
+    assert [moves(e) for e in quadratic] == [7, 6, 5, 5]
+    assert moves("x - 2 = 0") + moves("x - 3 = 0") == 2
+    assert [brackets(parse_expression(e)) for e in ["(x + 2)(x + 3)", "x(x + 3) + 2(x + 3)"]] == [
+        2,
+        1,
+    ]
+    assert brackets(parse_expression("(x + 1)^2 - (x - 3)^2")) == 4
+    start = multiplied_out(_form("(x + 2)(x + 3)"))
+    assert start == multiplied_out(_form("x(x + 3) + 2(x + 3)"))
+    assert sum(map(len, start.values())) == 4
+    assert coarsens(start, multiplied_out(_form("x^2 + 5x + 6")))
+    assert not coarsens(start, multiplied_out(_form("x^2 + 4x + x + 6")))
+    assert not coarsens(start, multiplied_out(_form("x^2 + 5x + 6 + x - x")))
+    assert multiplied_out(_form("(x + 1)^7")) is None  # 128 terms: over MAX_MONOMIALS
+    assert multiplied_out(_form("sqrt(x) + 1")) is None
+
+
 # -- the rubric: golden values ----------------------------------------------------------------
 
 
@@ -145,12 +226,16 @@ def test_no_module_evaluates_text():
         ("Step 1: (x+2)(x+3) = x(x+3) + 2(x+3)\nTherefore it equals x^2+5x+6.", 1),
         ("Step 1: (x+2)(x+3) = x(x+3) + 2(x+3)\nso (x+2)(x+3) = x^2 + 5x + 6.", 7),
         ("(x + 2)(x + 3) = x(x + 3) + 2(x + 3)", 1),  # stops early
-        ("(x + 2)(x + 3) = x^2 + 5x + 6", 1),  # restates the claim: no intermediate
+        ("(x + 2)(x + 3) = x^2 + 5x + 6", 0),  # restates the claim: nothing shown
         ("(x + 2)(x + 3) = x(x + 3) + 2(x + 3) = x^2 + 6x + 6", 1),
         ("(x + 2)(x + 3) = x(x + 3) + 2(x + 3) = x^2 + 5x + 6 = 7x", 2),
         ("(x+2)(x+3) = x(x+3) + 2(x+3) = x^2 + 2x + 3x + 6 = x(x + 5) + 6 = x^2 + 5x + 6", 7),
-        ("(x+2)(x+3) = x(x+3) + 2(x+3) = x(x + 5) + 6 = x(x + 4) + x + 6 = x^2 + 4x", 3),
-        ("(x + 2)(x + 3) = 2(x + 2)(x + 3)/2 = x^2 + 5x + 6", 1),  # a 'same' step only
+        # x(x + 5) + 6 and x(x + 4) + x + 6 are written from the target, not from the start
+        ("(x+2)(x+3) = x(x+3) + 2(x+3) = x(x + 5) + 6 = x(x + 4) + x + 6 = x^2 + 4x", 1),
+        ("(x + 2)(x + 3) = 2(x + 2)(x + 3)/2 = x^2 + 5x + 6", 0),  # a 'same' step only
+        ("(x + 2)(x + 3) = x^2 + 3x + 2x + 6 = x^2 + 5x + 6", 7),  # term by term
+        ("(x + 2)(x + 3) = x^2 + 4x + x + 6 = x^2 + 5x + 6", 0),  # 5x split from the target
+        ("(x + 2)(x + 3) = x^2 + 3x + 2x + 6", 1),  # like terms never collected
         ("(x + 2)(x + 3) = x^2 + 6x + 6", 0),
         ("I think this is true.", 0),
         ("look", 0),
@@ -177,7 +262,7 @@ def test_identity_rubric_golden(answer, points):
         (QUADRATIC, "(x-2)(x-3) = 0\nx = 3, x = 2", 7),
         (QUADRATIC, "x^2 = 5x - 6\n(x - 2)(x - 3) = 0\nThe solutions are x = 2 or x = 3.", 7),
         (QUADRATIC, "(x - 2)(x - 3) = 0\nx = 2", 1),  # drops a solution
-        (QUADRATIC, "x^2 - 5x = -6\nx(x - 5) = -6\nx = -6 or x - 5 = -6", 2),
+        (QUADRATIC, "x^2 - 5x = -6\nx(x - 5) = -6\nx = -6 or x - 5 = -6", 0),  # no progress
         (QUADRATIC, "**Answer:** $x = 2$ or $x = 3$", 1),
         (EXPAND_1, "x^2 - 3x - 4", 7),  # difficulty 1: no intermediate needed
         (EXPAND_1, "= -4 - 3x + x^2", 7),  # matched after evaluation
@@ -199,7 +284,7 @@ def test_grade_details_say_what_happened():
         False,
     )
     assert d["first_error"].startswith("line 2: x^2 + 6x + 6 is not equal")
-    assert [f["status"] for f in d["formulas"]] == ["same", "step", "wrong", "unchecked"]
+    assert [f["status"] for f in d["formulas"]] == ["same", "progress", "wrong", "unchecked"]
     assert g.reward == pytest.approx(1 / 7)
     info = g.to_info()
     assert info["points"] == 1 and info["first_error"] == d["first_error"]
@@ -238,7 +323,7 @@ def test_length_limit_and_canonical_answer():
 
 def test_grade_many_matches_grade():
     items = [(IDENTITY, "(x + 2)(x + 3) = x^2 + 5x + 6"), (LINEAR, "3x = 15\nx = 5"), (LINEAR, "")]
-    assert [g.points for g in grade_many(items)] == [1, 7, None]
+    assert [g.points for g in grade_many(items)] == [0, 7, None]
 
 
 def test_adversarial_answers_finish_quickly():
@@ -285,6 +370,7 @@ def test_every_reference_solution_earns_7(kind, difficulty):
         assert result.points == 7, (g.problem, task.reference_solution, result.details)
         # Difficulty is the number of counted steps of the reference solution.
         assert result.details["steps"] == difficulty, (g.problem, result.details)
-        # Without the work, the bare target never earns full marks above difficulty 1.
+        # Without the work, the bare target never earns full marks above difficulty 1; for an
+        # identity it restates the problem and earns nothing.
         bare = grade(task, g.derivation.target).points
-        assert bare == (7 if difficulty == 1 else 1), g.problem
+        assert bare == (7 if difficulty == 1 else 0 if kind == "identity" else 1), g.problem

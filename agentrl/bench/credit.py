@@ -7,14 +7,19 @@ Pearson and Spearman correlations and the MSE between each estimator's per-step 
 the true advantage Q^μ(s_t, a_t) − V^μ(s_t) at β = 0.98 (CRBC's default). Estimators scale their
 output differently (z-scores, mixing weights), so the MSE is also reported after the best least-
 squares scale c* = ⟨A, A*⟩/⟨A, A⟩ (no intercept, so a bias still counts), relative to mean(A*²).
-Speed: the median time per batch at about 6.4k, 100k and 1M steps; the trajectory graph is built
+Speed: the median CPU time per batch at about 6.4k, 100k and 1M steps; the trajectory graph is built
 once per batch and timed on its own, as the trainer shares it. Estimators that rescore responses
 (``needs_scorer``) get :class:`~agentrl.credit.synthetic.SyntheticScorer` (an oracle Bayes
 hindsight model that parses the texts); their times include that scoring and are reported apart,
-since real scoring is two forward passes of the policy.
+since real scoring is two forward passes of the policy. Estimators with a rollout driver of
+their own consume a batch of another shape; the benchmark builds it from the same episodes
+(:data:`DRIVER_BATCHES`): AC2 sees every step as one continuation of its state, valued by the
+return that followed it (:func:`continuation_batch`).
 
 Writes ``<out_dir>/credit.md`` and ``<out_dir>/credit.png``. Reproduce with
-``python -m agentrl.bench credit`` (``--quick`` for a smoke run).
+``python -m agentrl.bench credit`` (``--quick`` for a smoke run). ``--check`` (:func:`check`)
+re-measures the accuracy tables (deterministic) and the times at about 1M steps relative to
+GRPO's, and compares them with the committed report.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import datetime
 import inspect
 import os
 import platform
+import re
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -32,8 +38,10 @@ from typing import Any
 
 import numpy as np
 
+from agentrl.bench._check import TOLERANCE, CheckError, Figure, parse_number, tables_in
 from agentrl.bench._report import cpu_name, version
 from agentrl.credit import compute_advantages, estimator_config, get_estimator, list_estimators
+from agentrl.credit.batch import StepBatch
 from agentrl.credit.graph import build_graph
 from agentrl.credit.synthetic import (
     SyntheticScorer,
@@ -49,21 +57,26 @@ SIZES: tuple[int, ...] = (6_400, 100_000, 1_000_000)
 METRICS: tuple[str, ...] = ("pearson", "spearman", "mse", "mse_scaled", "rel_mse_scaled")
 TIME_GROUP_SIZE = 8  # rollouts per group in the timing batches
 SLOW_S = 20.0  # an estimator slower than this at one size is not timed at larger sizes
+GRAPH_ROW = "graph build"  # the shared graph's row of the timing tables
+CLOCK = time.process_time
+"""The timings' clock: CPU seconds of this process (user + system). With single-threaded numpy
+(``OMP_NUM_THREADS=1``) it equals the wall time on an idle machine, and on a busy shared one it
+leaves out the time spent waiting for a core, which wall time would add at random."""
 
 
 class _TimedScorer:
-    """Wraps a scorer and adds up the time spent in ``score``."""
+    """Wraps a scorer and adds up the time (:data:`CLOCK`) spent in ``score``."""
 
     def __init__(self, scorer: Any):
         self.scorer = scorer
         self.seconds = 0.0
 
     def score(self, contexts: Sequence[str], responses: Sequence[str]) -> np.ndarray:
-        t0 = time.perf_counter()
+        t0 = CLOCK()
         try:
             return self.scorer.score(contexts, responses)
         finally:
-            self.seconds += time.perf_counter() - t0
+            self.seconds += CLOCK() - t0
 
 
 def credit_metrics(pred: np.ndarray, truth: np.ndarray) -> dict[str, float]:
@@ -129,10 +142,77 @@ class Timing:
     est_s: dict[str, list[float | None]] = field(default_factory=dict)
     scoring_s: dict[str, list[float | None]] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+    calls_s: list[dict[str, list[float]]] = field(default_factory=list)
+    """Per size, the seconds of every call, round by round (``"graph build"`` and each
+    estimator; fewer calls for an estimator that failed or went over :data:`SLOW_S`)."""
 
 
-def _run_one(name: str, batch, graph, scorer) -> np.ndarray:
+def continuation_batch(batch: StepBatch) -> StepBatch:
+    """The episodes of ``batch`` as AC2 (``algo=ac2``) consumes data: one row per step.
+
+    AC2's driver (:class:`agentrl.algos.ac2.driver.AC2Driver`) emits one single-step
+    trajectory per continuation of a prefix, valued by its endpoint, and groups the
+    continuations of one prefix. Here step n (state s_n, action a_n) is one continuation of the
+    prefix "state s_n of its task group": its group is its anchor (``step_anchor``, interned per
+    task group, so steps of one group that visit the same state share it: the states are
+    Markov, so every visit is the same prefix), and its endpoint value is the undiscounted return
+    that followed it, Σ_{t ≥ n} r_t — AC2's fully continued, graded case (an unready or audited
+    problem). AC2's critic path (value estimates of unfinished chunks) is not modelled. Rows
+    keep the order of ``batch``'s steps, so advantages line up with the episode steps.
+
+    Returns:
+        A :class:`StepBatch` of N single-step trajectories: ``traj_group = step_anchor`` (not
+        sorted by group), reward = return-to-go, validity, lost flags and NLLs copied.
+    """
+    n = batch.n_steps
+    r = batch.step_reward
+    c = np.cumsum(r)  # (N,)
+    last = np.cumsum(batch.traj_len) - 1  # (M,) index of each trajectory's last step
+    to_go = c[last][batch.step_traj] - c + r if n else r.copy()  # (N,) Σ_{t ≥ n} r_t
+    rows = np.arange(n, dtype=np.int64)
+    return StepBatch(
+        step_reward=to_go,
+        step_traj=rows,
+        step_t=np.zeros(n, dtype=np.int64),
+        step_anchor=batch.step_anchor,
+        step_action=batch.step_action,
+        step_valid=batch.step_valid,
+        step_terminated=np.ones(n, dtype=bool),  # each continuation ends at its endpoint
+        step_truncated=np.zeros(n, dtype=bool),
+        step_nll=batch.step_nll,
+        traj_group=batch.step_anchor.astype(np.int64),
+        traj_won=batch.traj_won[batch.step_traj],
+        n_groups=int(batch.step_anchor.max()) + 1 if n else 0,
+        action_names=batch.action_names,
+        anchor_keys=batch.anchor_keys,
+        traj_lost=batch.step_lost,
+    )
+
+
+DRIVER_BATCHES: dict[str, Callable[[StepBatch], StepBatch]] = {"ac2": continuation_batch}
+"""How the benchmark turns a batch of episodes into the batch that an estimator with its own
+rollout driver consumes; such an estimator without an entry here is reported as an error."""
+
+
+def driver_batches(names: Sequence[str], batch: StepBatch) -> dict[str, StepBatch]:
+    """Per estimator with a rollout driver, its batch built from ``batch`` (once per batch,
+    outside the timings, as the trainer's driver builds it during the rollout)."""
+    out = {}
+    for name in names:
+        if get_estimator(name).driver is not None and name in DRIVER_BATCHES:
+            out[name] = DRIVER_BATCHES[name](batch)
+    return out
+
+
+def _run_one(name: str, batch, graph, scorer, views: dict[str, StepBatch]) -> np.ndarray:
     spec = get_estimator(name)
+    if spec.driver is not None:
+        if name not in views:
+            raise ValueError(
+                f"{name} rolls out with its own driver ({spec.driver}) and the credit benchmark "
+                "has no synthetic batch for it (add one to DRIVER_BATCHES)"
+            )
+        batch, graph = views[name], None  # a graph, if needed, is built from its own batch
     return compute_advantages(
         name,
         batch,
@@ -172,11 +252,12 @@ def measure_quality(
                 ]
             )
             graph = build_graph(batch)
+            views = driver_batches(names, batch)
             for name in names:
                 if name in q.errors:
                     continue
                 try:
-                    pred = _run_one(name, batch, graph, scorer)
+                    pred = _run_one(name, batch, graph, scorer, views)
                 except Exception as exc:  # one broken estimator must not stop the others
                     q.errors[name] = _error(exc)
                     log(f"[credit] {name} failed: {traceback.format_exc()}")
@@ -193,26 +274,20 @@ def measure_quality(
     return q
 
 
-def _median_time(fn: Callable[[], Any], repeats: int, limit_s: float) -> tuple[float, int]:
-    """Median wall time of ``fn`` over ``repeats`` calls (fewer once one call exceeds
-    ``limit_s``), and the number of calls made."""
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-        if times[-1] > limit_s:
-            break
-    return float(np.median(times)), len(times)
-
-
 def measure_speed(
     names: Sequence[str],
     sizes: Sequence[int],
     repeats: Sequence[int],
     log: Callable[[str], Any],
 ) -> Timing:
-    """Median time per batch of about ``sizes[k]`` steps (``repeats[k]`` calls each)."""
+    """Median CPU time (:data:`CLOCK`) per batch of about ``sizes[k]`` steps, over
+    ``repeats[k]`` rounds.
+
+    A round times the graph build and then every estimator once, so that a change of the
+    machine's load hits all of them alike (``--check`` compares times within a round). An
+    estimator stops being called at a size once one call took over :data:`SLOW_S`, and is not
+    timed at larger sizes when its median did.
+    """
     mdp = random_mdp(np.random.default_rng(12345))
     per_group = TIME_GROUP_SIZE * expected_length(mdp)
     scorer = _TimedScorer(SyntheticScorer(mdp))
@@ -228,27 +303,39 @@ def measure_speed(
         out.sizes.append(batch.n_steps)
         out.groups.append(n_groups)
         graph = build_graph(batch)
-        out.graph_s.append(_median_time(lambda b=batch: build_graph(b), reps, SLOW_S)[0])
+        views = driver_batches(names, batch)
+        calls: dict[str, list[float]] = {GRAPH_ROW: [], **{n: [] for n in names}}
+        scoring: dict[str, float] = dict.fromkeys(names, 0.0)
+        timed = [n for n in names if n not in too_slow and n not in out.errors]
+        for _ in range(reps):
+            t0 = CLOCK()
+            build_graph(batch)
+            calls[GRAPH_ROW].append(CLOCK() - t0)
+            for name in timed:
+                if name in out.errors or (calls[name] and calls[name][-1] > SLOW_S):
+                    continue
+                scorer.seconds = 0.0
+                t0 = CLOCK()
+                try:
+                    _run_one(name, batch, graph, scorer, views)
+                except Exception as exc:
+                    out.errors[name] = _error(exc)
+                    log(f"[credit] {name} failed: {traceback.format_exc()}")
+                    continue
+                calls[name].append(CLOCK() - t0)
+                scoring[name] += scorer.seconds
+        out.calls_s.append(calls)
+        out.graph_s.append(float(np.median(calls[GRAPH_ROW])))
         log(f"[credit] speed: {batch.n_steps:,} steps, graph {out.graph_s[-1]:.3f} s")
         for name in names:
-            if name in too_slow or name in out.errors:
+            if name not in timed or name in out.errors:
                 out.est_s[name].append(None)
                 out.scoring_s[name].append(None)
                 continue
-            scorer.seconds = 0.0
-            try:
-                t, calls = _median_time(
-                    lambda n=name, b=batch, g=graph: _run_one(n, b, g, scorer), reps, SLOW_S
-                )
-            except Exception as exc:
-                out.errors[name] = _error(exc)
-                log(f"[credit] {name} failed: {traceback.format_exc()}")
-                out.est_s[name].append(None)
-                out.scoring_s[name].append(None)
-                continue
+            t = float(np.median(calls[name]))
             out.est_s[name].append(t)
             needs = get_estimator(name).needs_scorer
-            out.scoring_s[name].append(scorer.seconds / calls if needs else None)
+            out.scoring_s[name].append(scoring[name] / len(calls[name]) if needs else None)
             if t > SLOW_S:
                 too_slow.add(name)
             log(f"  {name}: {t:.4f} s")
@@ -388,7 +475,7 @@ def _plot(
     ax2.set_xscale("log")
     ax2.set_yscale("log")
     ax2.set_xlabel("steps per batch")
-    ax2.set_ylabel("seconds per batch (median)")
+    ax2.set_ylabel("CPU seconds per batch (median)")
     ax2.set_title("compute time")
     ax2.grid(alpha=0.3, which="both")
     ax2.legend(fontsize=7)
@@ -417,7 +504,7 @@ def run(
         The raw :class:`Quality` and :class:`Timing` measurements.
     """
     sizes: Sequence[int] = SIZES
-    repeats: Sequence[int] = (7, 5, 3)
+    repeats: Sequence[int] = (7, 5, 5)
     if quick:
         n_mdps, n_groups, sizes, repeats = 2, 4, (1_000, 3_000), (1, 1)
     names = list_estimators()
@@ -429,6 +516,7 @@ def run(
     t_quality = time.perf_counter() - t_start
     t = measure_speed(names, sizes, repeats, log)
     t_total = time.perf_counter() - t_start
+    load_end = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -453,7 +541,8 @@ def run(
         "# Credit estimators on synthetic MDPs",
         "",
         f"Machine: {os.cpu_count()} CPU cores ({cpu_name()}), no GPU; "
-        f"Python {platform.python_version()}; load average {load:.1f} at the start. "
+        f"Python {platform.python_version()}; load average {load:.1f} at the start, "
+        f"{load_end:.1f} at the end. "
         f"Date: {datetime.date.today().isoformat()}.  ",
         f"Versions: {versions}.  ",
         "Reproduce: `python -m agentrl.bench credit`"
@@ -490,6 +579,18 @@ def run(
             "(log μ(a|s, outcome), no noise), so their rows are a best case for rescoring with "
             "a real policy."
         )
+    driven = [n for n in names if get_estimator(n).driver is not None]
+    if "ac2" in driven:
+        lines.append(
+            "- ac2 has its own rollout driver (prefixes of earlier attempts, continuations "
+            "valued by a critic or by the grader); here it gets the same episodes as one "
+            "continuation per step (`continuation_batch`): the prefix group of a step is its "
+            "state within its task group (the anchor; the states are Markov, so every visit is "
+            "the same prefix), and its endpoint value is the return that followed it, as for "
+            "AC2's fully continued (unready or audited) problems. A state visited once in its "
+            "group is a group of one: mean 0, so its advantage is its return. The critic path "
+            "is not modelled."
+        )
     lines += [
         "",
         "Batches (mean over MDPs): steps per batch, success rate [min, max over batches; "
@@ -522,10 +623,17 @@ def run(
         "",
         "## Compute time per batch",
         "",
-        f"Median over {', '.join(map(str, repeats))} calls at the sizes (one MDP, G = "
-        f"{TIME_GROUP_SIZE}, {', '.join(f'{g:,}' for g in t.groups)} groups); time inside the "
-        f"estimator via `compute_advantages` (its `credit/solve_time_s`), with the prebuilt "
-        f"graph passed in. The graph is built once per batch and shared by every estimator "
+        f"Median over {', '.join(map(str, repeats))} rounds at the sizes (one MDP, G = "
+        f"{TIME_GROUP_SIZE}, {', '.join(f'{g:,}' for g in t.groups)} groups); a round builds "
+        f"the graph and then calls every estimator once, in turn, so that load changes hit all "
+        f"of them alike. CPU time of the process (`time.process_time`, user + system; run with "
+        f"`OMP_NUM_THREADS=1`) during the `compute_advantages` call: on an idle machine the "
+        f"same as the wall time, on a busy one without the time spent waiting for a core. "
+        f"With the prebuilt graph passed "
+        f"in (ac2's per-step continuation batch is built beforehand, as its driver would "
+        f"during the rollout). `python -m agentrl.bench credit --check` compares these times "
+        f"as ratios to grpo's, and the Pearson and Spearman tables, with a new measurement. "
+        f"The graph is built once per batch and shared by every estimator "
         f"that needs it, so it has its own row; the last column says whether the estimator "
         f"alone takes under 2 s at 1M steps (without the synthetic scoring for rescoring "
         f"estimators) and, for graph users, whether graph + estimator does. "
@@ -552,3 +660,144 @@ def run(
     path.write_text("\n".join(lines))
     log(f"[credit] wrote {path} and {out / 'credit.png'} in {t_total:.0f} s")
     return q, t
+
+
+# --- --check ---
+
+CHECK_METRICS: tuple[tuple[str, str], ...] = (
+    ("pearson", "Pearson r with the true advantage"),
+    ("spearman", "Spearman ρ with the true advantage"),
+)
+"""The accuracy figures ``--check`` compares (metric, section of the report)."""
+SPEED_SECTION = "Compute time per batch"
+REFERENCE = "grpo"
+"""Times are compared relative to this estimator's in the same run (cheap and simple, so its
+time tracks the machine, not the estimators' code)."""
+
+
+def _row_name(cell: str) -> str:
+    """``"grpo (traj)"`` → ``"grpo"``; ``"*graph build (shared, once per batch)*"`` → ``"graph
+    build"``."""
+    return cell.replace("*", "").split(" (", 1)[0].strip()
+
+
+def committed_quality(text: str, section: str) -> dict[tuple[str, int], float | None]:
+    """(estimator, G) → the mean in the table under ``## section`` of a credit report."""
+    (table,) = tables_in(text, section)[:1]
+    out: dict[tuple[str, int], float | None] = {}
+    for header in table.headers[1:]:
+        g = int(header.removeprefix("G = "))
+        col = table.column(header)
+        for row in table.rows:
+            out[(_row_name(row[0]), g)] = parse_number(row[col]) if col < len(row) else None
+    return out
+
+
+def committed_times(text: str) -> tuple[int, dict[str, float | None]]:
+    """The largest timed batch of a credit report: its step count and name → seconds (the
+    estimator's total, scoring included; ``"graph build"`` for the shared graph)."""
+    tables = tables_in(text, SPEED_SECTION)
+    sizes = [h for h in tables[0].headers if h.endswith(" steps")]
+    if not sizes:
+        raise CheckError(f"no '<N> steps' column under '## {SPEED_SECTION}'")
+    biggest = max(sizes, key=lambda h: int(h.split()[0].replace(",", "")))
+    times: dict[str, float | None] = {}
+    for table in tables:
+        col = table.column(biggest)
+        for row in table.rows:
+            times[_row_name(row[0])] = parse_number(row[col]) if col < len(row) else None
+    return int(biggest.split()[0].replace(",", "")), times
+
+
+def check(
+    results_dir: str | os.PathLike = "results",
+    log: Callable[[str], Any] = print,
+    tolerance: float = TOLERANCE,
+    repeats: int = 9,
+) -> list[Figure]:
+    """Re-measure and compare with ``<results_dir>/credit.md`` (``credit --check``).
+
+    Accuracy: the Pearson and Spearman tables are recomputed at the committed report's size
+    (its number of MDPs and groups; seeded, so the numbers are deterministic). Speed:
+    :func:`measure_speed` at the largest size only (the same seeded batch of ≈ 1M steps,
+    ``repeats`` rounds of the graph build and every estimator); each time is compared as a
+    ratio to GRPO's (measured: the median over rounds of the ratio within a round; committed:
+    the ratio of the committed medians), which cancels the machine's speed and much of its
+    load. When a ratio is beyond ``tolerance`` the timing is repeated once and each ratio keeps
+    the better of its two measurements, so one busy moment does not fail the check while a
+    real slowdown still does.
+
+    Returns:
+        The :class:`~agentrl.bench._check.Figure` list; a registered estimator missing from the
+        committed tables is a failing figure (the report is stale).
+    """
+    path = Path(results_dir) / "credit.md"
+    if not path.exists():
+        raise CheckError(f"{path} does not exist: run `python -m agentrl.bench credit` first")
+    text = path.read_text()
+    if "this was a `--quick` smoke run" in text:
+        raise CheckError(f"{path} is a --quick smoke run; regenerate it with the full benchmark")
+    setup = re.search(r"Quality: (\d+) MDPs.*? with (\d+) groups of G rollouts", text)
+    if setup is None:
+        raise CheckError(f"{path}: no 'Quality: <n> MDPs ... <n> groups of G rollouts' line")
+    n_mdps, n_groups = int(setup.group(1)), int(setup.group(2))
+    names = list_estimators()
+    figures: list[Figure] = []
+
+    t0 = time.perf_counter()
+    q = measure_quality(names, n_mdps, n_groups, GROUP_SIZES, log)
+    log(
+        f"[credit --check] quality ({n_mdps} MDPs × {n_groups} groups): "
+        f"{time.perf_counter() - t0:.0f} s"
+    )
+    for metric, section in CHECK_METRICS:
+        committed = committed_quality(text, section)
+        k = METRICS.index(metric)
+        label = section.split(" with ")[0]
+        for name in sorted(set(names) | {n for n, _ in committed}):
+            for g in GROUP_SIZES:
+                fig = f"credit: {label} of {name} at G = {g}"
+                if name not in names:
+                    figures.append(Figure(fig, None, None, True, skip="no longer registered"))
+                    continue
+                v = q.array(name, g)[:, k]
+                v = v[np.isfinite(v)]
+                measured = float(v.mean()) if v.size and name not in q.errors else None
+                figures.append(Figure(fig, committed.get((name, g)), measured, True))
+
+    size, times = committed_times(text)
+    if abs(size - SIZES[-1]) > 0.05 * SIZES[-1]:
+        raise CheckError(f"{path} timed {size:,} steps at most, not about {SIZES[-1]:,}")
+    ref = times.get(REFERENCE)
+    if not ref:
+        raise CheckError(f"{path} has no {REFERENCE} time at {size:,} steps to compare against")
+    rows = [GRAPH_ROW, *(n for n in names if n != REFERENCE)]
+
+    def speed_figures() -> list[Figure]:
+        t0 = time.perf_counter()
+        timing = measure_speed(names, (SIZES[-1],), (repeats,), lambda _: None)
+        log(
+            f"[credit --check] speed ({timing.sizes[0]:,} steps × {repeats} rounds): "
+            f"{time.perf_counter() - t0:.0f} s"
+        )
+        for name, msg in timing.errors.items():
+            log(f"[credit --check] {name} failed: {msg}")
+        calls = timing.calls_s[0]
+        out = []
+        for name in rows:
+            c, m = times.get(name), None
+            if name not in timing.errors and len(calls[name]) == len(calls[REFERENCE]) > 0:
+                # Per round, then the median: the two calls of a round saw the same load.
+                m = float(np.median(np.divide(calls[name], calls[REFERENCE])))
+            fig = f"credit: time of {name} / time of {REFERENCE} at {size:,} steps"
+            out.append(Figure(fig, c / ref if c is not None else None, m, False, unit="×"))
+        return out
+
+    speed = speed_figures()
+    if any(f.verdict(tolerance) == "fail" and f.committed is not None for f in speed):
+        # One busy moment can slow one estimator's calls; a real regression shows twice.
+        log("[credit --check] a time ratio is beyond the tolerance: measuring again to confirm")
+        again = speed_figures()
+        speed = [min(a, b, key=lambda f: f.regression()) for a, b in zip(speed, again)]
+    figures += speed
+    return figures

@@ -22,6 +22,8 @@ is a warm-up and is excluded; the report gives medians.
 Tokens/s = ``B·G·(P + C)`` / seconds per iteration. Reproduce with
 ``python -m agentrl.bench learner-speed`` (``--quick`` for a smoke run). TRL is optional
 (``pip install trl``); without it only agentrl is measured and the report says why.
+``learner-speed --check`` (:func:`check`) re-measures the settings with fewer iterations and
+compares the agentrl / TRL ratios with the committed report (skipped, and said so, without TRL).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import logging
 import os
 import platform
 import pstats
+import re
 import statistics
 import tempfile
 import time
@@ -49,6 +52,7 @@ import torch
 
 from agentrl.algos.grpo import GRPOConfig as AdvantageConfig
 from agentrl.algos.grpo import grpo_traj_advantage
+from agentrl.bench._check import TOLERANCE, CheckError, Figure, parse_number, tables_in
 from agentrl.bench._report import cpu_name, version
 from agentrl.learn.learner import Learner, LearnerConfig, Sample
 from agentrl.learn.model import ModelConfig, build_tiny_model, build_tokenizer
@@ -56,6 +60,8 @@ from agentrl.rollout import HFBackend, Sampling, encode_prompt
 
 TARGET = 1.5
 """The issue's goal: agentrl's iteration at least this many times TRL's tokens/s."""
+LR = 1e-3
+"""Learning rate of both sides (the report's and ``--check``'s)."""
 
 
 @dataclass(frozen=True)
@@ -612,11 +618,43 @@ def analysis(results: Sequence[Result]) -> list[str]:
     return out
 
 
+def _measure(
+    settings: Sequence[Setting],
+    repeats: int,
+    lr: float,
+    with_trl: bool,
+    threads: int,
+    profile: bool,
+    log: Callable[[str], Any],
+) -> tuple[list[Result], tuple[tuple[float, ...], tuple[float, ...]]]:
+    """Measure every setting; also return the load averages before and after."""
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        before = os.getloadavg()
+        tok, words = build_task()
+        torch.manual_seed(0)
+        init_model = build_tiny_model(ModelConfig(), tok)
+        results = []
+        for s in settings:
+            results.append(
+                _run_setting(
+                    init_model, tok, words, s, repeats, lr, with_trl, profile=profile, log=log
+                )
+            )
+            for row in _rows(results[-1]):
+                log("  " + row)
+        after = os.getloadavg()
+    finally:
+        torch.set_num_threads(previous_threads)  # leave the caller's setting as it was
+    return results, (before, after)
+
+
 def run(
     out_dir: str | os.PathLike = "results",
     quick: bool = False,
     repeats: int = 7,
-    lr: float = 1e-3,
+    lr: float = LR,
     with_trl: bool = True,
     threads: int = 1,
     log: Callable[[str], Any] = print,
@@ -636,34 +674,108 @@ def run(
     if quick:
         repeats = 2
     trl_error = _import_trl() if with_trl else "disabled by the caller"
-    previous_threads = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        loads = [os.getloadavg()]
-        tok, words = build_task()
-        torch.manual_seed(0)
-        init_model = build_tiny_model(ModelConfig(), tok)
-        results = []
-        for s in settings:
-            results.append(
-                _run_setting(
-                    init_model,
-                    tok,
-                    words,
-                    s,
-                    repeats,
-                    lr,
-                    with_trl=trl_error is None,
-                    profile=not quick,
-                    log=log,
-                )
-            )
-            for row in _rows(results[-1]):
-                log("  " + row)
-        loads.append(os.getloadavg())
-    finally:
-        torch.set_num_threads(previous_threads)  # leave the caller's setting as it was
+    results, loads = _measure(
+        settings, repeats, lr, trl_error is None, threads, profile=not quick, log=log
+    )
     path = Path(out_dir) / "learner_speed.md"
-    write_report(path, results, trl_error, quick, (loads[0], loads[1]), repeats, lr, threads)
+    write_report(path, results, trl_error, quick, loads, repeats, lr, threads)
     log(f"[learner-speed] wrote {path}")
     return results
+
+
+# --- --check ---
+
+CHECK_REPEATS = 5
+"""Timed iterations per side and setting in ``--check`` (the report uses 7)."""
+CHECK_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("tokens/s", "tokens/s (whole iteration)"),
+    ("update tokens/s", "update tokens/s"),
+)
+"""(column of the report's Results table, what the figure calls it)."""
+
+
+def committed_ratios(text: str) -> dict[tuple[str, str], float | None]:
+    """(setting name, column) → agentrl / TRL of that column in a learner-speed report's
+    Results table (None when a side's row or number is missing)."""
+    (table,) = tables_in(text, "Results")[:1]
+    name_col, impl_col = table.column("setting"), table.column("implementation")
+    values: dict[tuple[str, str, str], float | None] = {}
+    for row in table.rows:
+        for column, _ in CHECK_COLUMNS:
+            cell = row[table.column(column)]
+            values[(row[name_col], row[impl_col], column)] = parse_number(cell)
+    out: dict[tuple[str, str], float | None] = {}
+    for name in {row[name_col] for row in table.rows}:
+        for column, _ in CHECK_COLUMNS:
+            ours = values.get((name, "agentrl", column))
+            theirs = values.get((name, "TRL GRPOTrainer", column))
+            out[(name, column)] = ours / theirs if ours and theirs else None
+    return out
+
+
+def check(
+    results_dir: str | os.PathLike = "results",
+    log: Callable[[str], Any] = print,
+    tolerance: float = TOLERANCE,
+    repeats: int = CHECK_REPEATS,
+) -> list[Figure]:
+    """Re-measure and compare with ``<results_dir>/learner_speed.md`` (``learner-speed
+    --check``).
+
+    Every setting of :data:`SETTINGS` is measured as the report does (interleaved with TRL,
+    one warm-up each, no profile) with ``repeats`` iterations per side; the compared figures are
+    agentrl / TRL tokens/s for the whole iteration and for the update alone, which cancel the
+    machine's speed and, being interleaved, most of its load. When a ratio is beyond
+    ``tolerance`` the measurement is repeated once and each ratio keeps the better of its two
+    values. Without TRL nothing is measured: every figure is skipped, with the reason.
+    """
+    path = Path(results_dir) / "learner_speed.md"
+    if not path.exists():
+        raise CheckError(f"{path} does not exist: run `python -m agentrl.bench learner-speed`")
+    text = path.read_text()
+    if "this was a `--quick` smoke run" in text:
+        raise CheckError(f"{path} is a --quick smoke run; regenerate it with the full benchmark")
+    committed = committed_ratios(text)
+    names = [(s.name, column, label) for s in SETTINGS for column, label in CHECK_COLUMNS]
+
+    def figure(name: str, label: str) -> str:
+        return f"learner-speed: agentrl / TRL {label} at {name}"
+
+    trl_error = _import_trl()
+    if trl_error is not None:
+        used = re.search(r"\btrl (\d[\w.+-]*\w)", text)
+        why = (
+            f"TRL is not installed here ({trl_error}), so the agentrl / TRL ratio was not "
+            f"measured; `pip install trl{'==' + used.group(1) if used else ''}` to compare"
+        )
+        return [
+            Figure(figure(n, lab), committed.get((n, c)), None, True, skip=why, unit="×")
+            for n, c, lab in names
+        ]
+
+    def measure() -> list[Figure]:
+        results, loads = _measure(
+            SETTINGS, repeats, LR, with_trl=True, threads=1, profile=False, log=log
+        )
+        load = f"{loads[0][0]:.1f} → {loads[1][0]:.1f}"
+        log(f"[learner-speed --check] load average (1 min) before → after: {load}")
+        measured: dict[tuple[str, str], float | None] = {}
+        for r in results:
+            med = Timings.median
+            measured[(r.setting.name, "tokens/s")] = ratio(r)
+            upd = r.trl.update if r.trl is not None else []
+            measured[(r.setting.name, "update tokens/s")] = (
+                med(upd) / med(r.agentrl.update) if upd and r.agentrl.update else None
+            )
+        return [
+            Figure(figure(n, lab), committed.get((n, c)), measured.get((n, c)), True, unit="×")
+            for n, c, lab in names
+        ]
+
+    figures = measure()
+    if any(f.verdict(tolerance) == "fail" and f.committed is not None for f in figures):
+        # One busy stretch can slow one side; a real regression shows twice.
+        log("[learner-speed --check] a ratio is beyond the tolerance: measuring again to confirm")
+        again = measure()
+        figures = [min(a, b, key=lambda f: f.regression()) for a, b in zip(figures, again)]
+    return figures

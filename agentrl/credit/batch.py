@@ -10,10 +10,17 @@ are ordered by group.
 Anchors and actions are interned to integers: ``step_anchor`` ids are unique per
 (group, anchor) pair, so anchors never match across different tasks; ``step_action`` ids are
 unique per executed action string (an invalid action is the single action ``"<invalid>"``).
+
+An episode whose environment (or env worker process) failed is *lost*: it ends truncated
+through no fault of the policy (``Step.lost``, ``StepBatch.traj_lost``). Its short length and
+missing step penalties say nothing about the policy, so credit assignment leaves it out of
+every group statistic and gives it advantage 0, and the learner drops its steps (see
+:func:`agentrl.credit.compute_advantages` and :meth:`StepBatch.select_trajs`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
@@ -46,6 +53,10 @@ class Step:
     """The observation the policy acted on (kept for logging sample trajectories)."""
     prompt_text: str = ""
     """The user message of this turn before chat formatting (for rescoring, e.g. RELACE)."""
+    lost: bool = False
+    """The environment or its worker process failed at this step (``info["worker_error"]``):
+    the episode was cut short (truncated, reward 0) through no fault of the policy, so it is
+    left out of credit assignment and training."""
 
 
 @dataclass
@@ -67,6 +78,12 @@ class Trajectory:
         """Undiscounted return: the sum of step rewards."""
         return float(sum(s.reward for s in self.steps))
 
+    @property
+    def lost(self) -> bool:
+        """Whether the episode was cut short by a failed environment or worker (see
+        :attr:`Step.lost`)."""
+        return any(s.lost for s in self.steps)
+
 
 @dataclass
 class TrajectoryGroup:
@@ -75,6 +92,9 @@ class TrajectoryGroup:
     task: str
     seed: int
     trajectories: list[Trajectory] = field(default_factory=list)
+    env: str = ""
+    """The environment the episodes came from (its registered name, e.g. ``sokoban``), for
+    error messages; empty when unknown."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +131,8 @@ class StepBatch:
         traj_group: (M,) int64 — group index of each trajectory.
         traj_won: (M,) bool — whether the trajectory solved its task.
         n_groups: number of groups.
+        traj_lost: (M,) bool — the episode was cut short by a failed environment or env worker
+            (:attr:`Step.lost`); all False when not given. ``step_lost`` is its (N,) view.
     """
 
     step_reward: np.ndarray
@@ -132,6 +154,8 @@ class StepBatch:
     anchor_keys: tuple[Hashable, ...] | None = None
     """The environment's anchor of each interned anchor id (``anchor_keys[step_anchor[n]]``),
     present for batches built from rollouts; used e.g. for similarity clustering."""
+    traj_lost: np.ndarray | None = None
+    """(M,) bool — lost episodes (see the class docstring); None is normalised to all False."""
 
     def __post_init__(self) -> None:
         n = self.step_reward.shape[0]
@@ -150,6 +174,16 @@ class StepBatch:
                 raise ValueError(f"{name} has shape {arr.shape}, expected ({n},)")
         if self.traj_won.shape != self.traj_group.shape:
             raise ValueError("traj_won and traj_group must have the same shape (M,)")
+        if self.traj_lost is None:
+            object.__setattr__(self, "traj_lost", np.zeros(self.traj_group.shape, dtype=bool))
+        elif self.traj_lost.shape != self.traj_group.shape:
+            raise ValueError("traj_lost and traj_group must have the same shape (M,)")
+        if not np.all(np.isfinite(self.step_reward)):
+            bad = np.flatnonzero(~np.isfinite(self.step_reward))
+            raise ValueError(
+                f"step_reward is not finite at steps {bad[:10].tolist()} "
+                f"(e.g. {self.step_reward[bad[0]]!r}); rewards must be finite numbers"
+            )
 
     @property
     def n_steps(self) -> int:
@@ -165,6 +199,17 @@ class StepBatch:
         return self.traj_group[self.step_traj]
 
     @property
+    def step_lost(self) -> np.ndarray:
+        """(N,) bool — whether each step belongs to a lost episode."""
+        assert self.traj_lost is not None  # set by __post_init__
+        return self.traj_lost[self.step_traj]
+
+    @property
+    def n_lost(self) -> int:
+        """Number of lost episodes in the batch."""
+        return int(np.count_nonzero(self.traj_lost))
+
+    @property
     def traj_len(self) -> np.ndarray:
         """(M,) int64 — number of steps in each trajectory."""
         return np.bincount(self.step_traj, minlength=self.n_trajs)
@@ -174,21 +219,86 @@ class StepBatch:
         """(M,) float64 — undiscounted return of each trajectory."""
         return np.bincount(self.step_traj, weights=self.step_reward, minlength=self.n_trajs)
 
+    def select_trajs(self, keep: np.ndarray) -> StepBatch:
+        """The batch of the trajectories with ``keep[i]`` true, in their order.
+
+        Trajectories, groups, anchors and actions are renumbered densely in their original
+        order (a group none of whose trajectories is kept disappears, so ``n_groups`` may
+        shrink); texts and ``anchor_keys`` follow. Steps keep their order, so the result's steps
+        are ``self``'s steps where ``keep[step_traj]`` holds.
+
+        Args:
+            keep: (M,) bool — which trajectories to keep.
+        Returns:
+            A :class:`StepBatch` of the kept trajectories.
+        """
+        keep = np.asarray(keep, dtype=bool)
+        if keep.shape != (self.n_trajs,):
+            raise ValueError(f"keep has shape {keep.shape}, expected ({self.n_trajs},)")
+        step_keep = keep[self.step_traj]  # (N,)
+        traj_new = np.cumsum(keep) - 1  # new index of each kept trajectory
+        groups, traj_group = np.unique(self.traj_group[keep], return_inverse=True)
+        # np.unique sorts ids; ids were interned in first-visit order, so that order stays.
+        anchor_ids, step_anchor = np.unique(self.step_anchor[step_keep], return_inverse=True)
+        action_ids, step_action = np.unique(self.step_action[step_keep], return_inverse=True)
+        texts = None
+        if self.texts is not None:
+            texts = StepTexts(
+                prompts=tuple(p for p, k in zip(self.texts.prompts, step_keep) if k),
+                responses=tuple(r for r, k in zip(self.texts.responses, step_keep) if k),
+                final_obs=tuple(o for o, k in zip(self.texts.final_obs, keep) if k),
+            )
+        names, keys = self.action_names, self.anchor_keys
+        return StepBatch(
+            step_reward=self.step_reward[step_keep],
+            step_traj=traj_new[self.step_traj[step_keep]].astype(np.int64),
+            step_t=self.step_t[step_keep],
+            step_anchor=step_anchor.astype(np.int64),
+            step_action=step_action.astype(np.int64),
+            step_valid=self.step_valid[step_keep],
+            step_terminated=self.step_terminated[step_keep],
+            step_truncated=self.step_truncated[step_keep],
+            step_nll=self.step_nll[step_keep],
+            traj_group=traj_group.astype(np.int64),
+            traj_won=self.traj_won[keep],
+            n_groups=len(groups),
+            action_names=tuple(names[a] for a in action_ids) if names else (),
+            texts=texts,
+            anchor_keys=None if keys is None else tuple(keys[a] for a in anchor_ids),
+            traj_lost=self.traj_lost[keep],
+        )
+
+    def without_lost(self) -> StepBatch:
+        """The batch without its lost episodes (``self`` itself when there are none)."""
+        return self.select_trajs(~self.traj_lost) if self.n_lost else self
+
     @staticmethod
     def from_groups(groups: Sequence[TrajectoryGroup]) -> StepBatch:
-        """Flatten groups of trajectories (in order) into a :class:`StepBatch`."""
+        """Flatten groups of trajectories (in order) into a :class:`StepBatch`.
+
+        Raises:
+            ValueError: a step's reward is NaN or infinite; the message names the environment,
+                the seed, the trajectory and the step.
+        """
         anchors: dict[tuple[int, Hashable], int] = {}
         actions: dict[str, int] = {}
         cols: dict[str, list] = {
             k: []
             for k in ("reward", "traj", "t", "anchor", "action", "valid", "term", "trunc", "nll")
         }
-        traj_group, traj_won, final_obs = [], [], []
+        traj_group, traj_won, traj_lost, final_obs = [], [], [], []
         prompts, responses = [], []
         m = 0
         for g, group in enumerate(groups):
-            for traj in group.trajectories:
+            for i, traj in enumerate(group.trajectories):
                 for t, s in enumerate(traj.steps):
+                    if not math.isfinite(s.reward):
+                        raise ValueError(
+                            f"non-finite reward {s.reward!r} from environment "
+                            f"{group.env or '<unknown>'!r}, seed {group.seed}, at step {t} "
+                            f"(0-based) of trajectory {i} of group {g} (task {group.task!r}); "
+                            "the environment must return finite rewards"
+                        )
                     name = s.action if (s.valid and s.action is not None) else INVALID_ACTION
                     cols["reward"].append(s.reward)
                     cols["traj"].append(m)
@@ -204,6 +314,7 @@ class StepBatch:
                 traj_group.append(g)
                 final_obs.append(traj.final_obs)
                 traj_won.append(traj.won)
+                traj_lost.append(traj.lost)
                 m += 1
         return StepBatch(
             step_reward=np.asarray(cols["reward"], dtype=np.float64),
@@ -221,6 +332,7 @@ class StepBatch:
             action_names=tuple(actions),
             texts=StepTexts(tuple(prompts), tuple(responses), tuple(final_obs)),
             anchor_keys=tuple(key for _, key in anchors),
+            traj_lost=np.asarray(traj_lost, dtype=bool),
         )
 
 

@@ -69,6 +69,10 @@ class EstimatorSpec:
     driver: str | None = None
     """``"module:Class"`` of a rollout driver that replaces the plain episode rollout (AC2's
     prefix/chunk sampling with a critic); None for estimators over ordinary episodes."""
+    group_based: bool = True
+    """Whether the estimator compares the ``rollout.group_size`` rollouts of a task (GRPO's
+    group baseline, GiGPO's step groups, ...): with one rollout per task its advantages are
+    all 0, and the trainer warns."""
 
 
 _ESTIMATORS: dict[str, EstimatorSpec] = {}
@@ -86,6 +90,7 @@ def register_estimator(
     needs_scorer: bool = False,
     learner_hints: Mapping[str, Any] | None = None,
     driver: str | None = None,
+    group_based: bool = True,
 ) -> Callable[[Estimator], Estimator]:
     """Decorator registering an estimator under ``name`` with its config dataclass."""
 
@@ -94,7 +99,7 @@ def register_estimator(
             raise ValueError(f"estimator {name!r} is already registered")
         hints = tuple(sorted((learner_hints or {}).items()))
         _ESTIMATORS[name] = EstimatorSpec(
-            name, fn, config, needs_graph, needs_scorer, hints, driver
+            name, fn, config, needs_graph, needs_scorer, hints, driver, group_based
         )
         return fn
 
@@ -138,35 +143,55 @@ def compute_advantages(
 ) -> Advantages:
     """Run estimator ``name`` on ``batch`` and add the shared diagnostics.
 
-    ``graph`` is built here if the estimator needs one and none is given (callers running
-    several estimators on one batch build it once with :func:`agentrl.credit.graph.build_graph`).
-    Adds ``credit/solve_time_s``, ``credit/adv_mean``, ``credit/adv_std`` and
-    ``credit/nonsingleton_frac`` (fraction of steps whose anchor was visited by more than one
-    step of its group) to the estimator's own metrics.
+    Lost episodes (``batch.traj_lost``: cut short by a failed environment or env worker) are
+    removed first, once for every estimator: the estimator runs on
+    ``kept = batch.without_lost()``, so they enter no group statistic, and their steps get
+    advantage exactly 0 (callers also drop them from the learner's samples, so they give no
+    gradient). ``graph`` is built here from ``kept`` if the estimator needs one and none is
+    given; callers that build it themselves (to share it between estimators) must build it from
+    ``batch.without_lost()``. Adds ``credit/solve_time_s``, ``credit/adv_mean``,
+    ``credit/adv_std``, ``credit/nonsingleton_frac`` (fraction of steps whose anchor was visited
+    by more than one step of its group; all three over the kept steps) and
+    ``credit/lost_episodes`` (the number of lost episodes) to the estimator's own metrics.
     """
     spec = get_estimator(name)
     if cfg is None:
         cfg = spec.config_cls()
+    kept = batch.without_lost()
     if spec.needs_graph and graph is None:
         from agentrl.credit.graph import build_graph
 
-        graph = build_graph(batch)
+        graph = build_graph(kept)
+    if spec.needs_graph and graph.step_state.shape != (kept.n_steps,):
+        raise ValueError(
+            f"the graph has {graph.step_state.shape[0]} steps but the batch without its "
+            f"{batch.n_lost} lost episodes has {kept.n_steps}: build it with "
+            "build_graph(batch.without_lost())"
+        )
     extra = {}
     if spec.needs_scorer:
         if scorer is None:
             raise ValueError(f"estimator {name!r} needs a scorer (the policy model)")
         extra["scorer"] = scorer
     t0 = time.perf_counter()
-    out = spec.fn(batch, graph if spec.needs_graph else None, cfg, **extra)
+    if kept.n_trajs or kept is batch:
+        out = spec.fn(kept, graph if spec.needs_graph else None, cfg, **extra)
+    else:  # every episode was lost: nothing to assign credit to
+        out = Advantages(step=np.zeros(0), metrics={})
     elapsed = time.perf_counter() - t0
-    if out.step.shape != (batch.n_steps,):
-        raise ValueError(f"{name} returned shape {out.step.shape}, expected ({batch.n_steps},)")
+    if out.step.shape != (kept.n_steps,):
+        raise ValueError(f"{name} returned shape {out.step.shape}, expected ({kept.n_steps},)")
     if not np.all(np.isfinite(out.step)):
         raise FloatingPointError(f"{name} returned non-finite advantages")
+    step = out.step
+    if kept is not batch:  # scatter back: lost steps get exactly 0
+        step = np.zeros(batch.n_steps, dtype=np.float64)
+        step[~batch.step_lost] = out.step
     metrics = {f"credit/{k}": float(v) for k, v in out.metrics.items()}
-    metrics.update(step_metrics(batch, out.step))
+    metrics.update(step_metrics(kept, out.step))
     metrics["credit/solve_time_s"] = elapsed
-    return Advantages(step=out.step, metrics=metrics)
+    metrics["credit/lost_episodes"] = float(batch.n_lost)
+    return Advantages(step=step, metrics=metrics)
 
 
 def step_metrics(batch: StepBatch, step_adv: np.ndarray) -> dict[str, float]:

@@ -15,18 +15,20 @@ two is logged when recomputing.
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import time
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from agentrl.configuration import check
+from agentrl.learn import parallel
 from agentrl.learn.losses import (
     KLType,
     LossAgg,
@@ -37,6 +39,8 @@ from agentrl.learn.losses import (
     kl_penalty,
     policy_ratio,
 )
+
+log = logging.getLogger("agentrl")
 
 __all__ = ["Learner", "LearnerConfig", "Sample", "clipped_surrogate", "token_logprobs"]
 
@@ -90,9 +94,15 @@ class LearnerConfig:
     old_logprobs: Literal["sampler", "recompute"] = "sampler"
     """Behaviour log-probs: as recorded by the sampler, or recomputed by the trainer before
     the update (then ``loss/old_logp_mismatch`` logs the difference)."""
+    strategy: Literal["auto", "none", "ddp", "fsdp"] = "auto"
+    """How the ranks of a torchrun job share the model (:mod:`agentrl.learn.parallel`):
+    ``auto`` = none with one process, FSDP2 on GPUs, DDP on CPUs."""
+    max_nonfinite_skips: int = 3
+    """An optimiser step whose loss or gradient norm is not finite is skipped (and counted in
+    ``loss/skipped_steps``); this many skips in a row stop the run with an error."""
 
     def __post_init__(self) -> None:
-        check(self.lr > 0, "learner.lr", self.lr, "> 0")
+        check(math.isfinite(self.lr) and self.lr > 0, "learner.lr", self.lr, "finite and > 0")
         check(self.weight_decay >= 0, "learner.weight_decay", self.weight_decay, ">= 0")
         check(self.warmup_iters >= 0, "learner.warmup_iters", self.warmup_iters, ">= 0")
         check(0 <= self.min_lr_ratio <= 1, "learner.min_lr_ratio", self.min_lr_ratio, "in [0, 1]")
@@ -112,6 +122,12 @@ class LearnerConfig:
             ">= 1",
         )
         check(self.max_grad_norm >= 0, "learner.max_grad_norm", self.max_grad_norm, ">= 0")
+        check(
+            self.max_nonfinite_skips >= 1,
+            "learner.max_nonfinite_skips",
+            self.max_nonfinite_skips,
+            ">= 1",
+        )
 
 
 @dataclass
@@ -337,19 +353,25 @@ def score_samples(
     temperature: float,
     token_budget: int,
     share_prompts: bool = True,
+    reducer: Reducer | None = None,
 ) -> list[list[float]]:
     """Teacher-forced log-prob of every response token of ``samples``, in their order.
 
     Runs in eval mode (restored afterwards) in length-sorted micro-batches of at most
-    ``token_budget`` padded tokens.
+    ``token_budget`` padded tokens. ``reducer`` (for an FSDP model, whose forwards are
+    collectives): every rank runs as many forwards as the rank with the most micro-batches.
     """
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
     out: dict[int, list[float]] = {}
     index = {id(s): i for i, s in enumerate(samples)}
+    chunks = micro_batches(samples, token_budget) if samples else []
     try:
-        for chunk in micro_batches(samples, token_budget):
+        if reducer is not None and reducer.world > 1:
+            for _ in range(int(reducer.max([len(chunks)])[0]) - len(chunks)):
+                parallel.dummy_forward(model, pad_id, device)
+        for chunk in chunks:
             logits, t = forward_chunk(model, chunk, pad_id, device, share_prompts)
             lp = logprobs_from_logits(logits, t["targets"], temperature)
             for r, s in enumerate(chunk):
@@ -401,6 +423,31 @@ def lr_lambda(cfg: LearnerConfig, total_iters: int):
     return fn
 
 
+class Reducer(Protocol):
+    """The collectives the learner needs (``agentrl.run.distributed.Dist`` provides them)."""
+
+    world: int
+
+    def sum(self, values: Sequence[float]) -> list[float]: ...
+
+    def max(self, values: Sequence[float]) -> list[float]: ...
+
+
+class _Alone:
+    """World size 1: reductions are the identity, nothing is communicated."""
+
+    world = 1
+
+    def sum(self, values: Sequence[float]) -> list[float]:
+        return [float(v) for v in values]
+
+    max = sum
+
+
+class NonFiniteLossError(RuntimeError):
+    """Too many optimiser steps in a row had a non-finite loss or gradient norm."""
+
+
 class Learner:
     """Owns the optimiser, the LR schedule and the reference model; runs the PPO update."""
 
@@ -412,35 +459,56 @@ class Learner:
         temperature: float = 1.0,
         total_iters: int = 1,
         max_response_tokens: int = 1,
+        dist: Reducer | None = None,
     ):
-        self.model = model
+        """``model`` is the plain transformers (or peft) module; with ``dist`` of world size
+        > 1 the learner wraps it for ``cfg.strategy`` (DDP or FSDP2) and :attr:`model` is the
+        wrapped module, :attr:`module` the transformers one (for saving and generation)."""
         self.cfg = cfg
         self.pad_id = pad_id
+        self.dist: Reducer = dist or _Alone()
         self.temperature = temperature if temperature > 0 else 1.0
         self.loss_scale = float(cfg.loss_scale or max_response_tokens)
-        params = [p for p in model.parameters() if p.requires_grad]
+        self.ref_model = None
+        if cfg.kl_coef > 0 and not _is_peft(model):
+            # A frozen copy of the initial policy; with LoRA the base model (adapters disabled)
+            # is the reference, so no copy is needed.
+            self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
+        device = next(model.parameters()).device
+        self.strategy = parallel.resolve_strategy(
+            cfg.strategy, self.dist.world, device.type == "cuda"
+        )
+        self.model = parallel.wrap(model, self.strategy, device)
+        self.module = parallel.unwrap(self.model)
+        if self.ref_model is not None and self.strategy == "fsdp":
+            self.ref_model = parallel.wrap(self.ref_model, "fsdp", device)  # sharded too
+        params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_lambda(cfg, total_iters)
         )
-        self.ref_model = None
-        if cfg.kl_coef > 0 and not _is_peft(model):
-            # A frozen copy of the initial policy; with LoRA the base model (adapters disabled)
-            # is the reference, so no copy is needed.
-            self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
+        self.nonfinite_streak = 0
+        """Optimiser steps skipped in a row for a non-finite loss or gradient norm."""
 
     def state_dict(self) -> dict:
-        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "nonfinite_streak": self.nonfinite_streak,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+        self.nonfinite_streak = int(state.get("nonfinite_streak", 0))
 
     def score(self, samples: Sequence[Sample], reference: bool = False) -> list[list[float]]:
-        """Teacher-forced log-probs of each sample's response under the policy (or reference)."""
-        model = self.ref_model if reference and self.ref_model is not None else self.model
+        """Teacher-forced log-probs of each sample's response under the policy (or reference).
+
+        Under FSDP every rank must call this together (each with its own samples)."""
+        model = self.ref_model if reference and self.ref_model is not None else self.module
         ctx = model.disable_adapter() if reference and _is_peft(model) else nullcontext()
         with ctx:
             return score_samples(
@@ -450,6 +518,7 @@ class Learner:
                 self.temperature,
                 self.cfg.micro_batch_tokens,
                 self.cfg.share_prompts,
+                reducer=self.dist if parallel.needs_lockstep(model) else None,
             )
 
     def update(self, samples: Sequence[Sample], rng: np.random.Generator) -> dict[str, float]:
@@ -458,11 +527,12 @@ class Learner:
         Returns ``loss/`` and ``perf/`` metrics averaged over optimiser steps.
         """
         samples = [s for s in samples if s.response_ids]
-        if not samples:
+        # Every rank takes part while any rank has samples (the collectives must match).
+        if not self.dist.sum([len(samples)])[0]:
             self.scheduler.step()
             return {}
         cfg = self.cfg
-        device = next(self.model.parameters()).device
+        device = next(self.module.parameters()).device
         out: dict[str, float] = {"loss/lr": self.optimizer.param_groups[0]["lr"]}
         t0 = time.perf_counter()
         if cfg.old_logprobs == "recompute":
@@ -478,11 +548,10 @@ class Learner:
             for ref, s in zip(self.score(samples, reference=True), samples):
                 s.ref_logprobs = ref
         self.model.train()
-        size = cfg.mini_batch_steps or len(samples)
         sums: dict[str, float] = {}
         n_updates = n_tokens = 0
         for _ in range(cfg.ppo_epochs):
-            for mini in mini_batches(samples, size, rng, cfg.query_preserved):
+            for mini in self._mini_batches(samples, rng):
                 stats = self._step(mini, device)
                 n_tokens += int(stats.pop("tokens"))
                 for k, v in stats.items():
@@ -491,52 +560,126 @@ class Learner:
         self.scheduler.step()
         elapsed = time.perf_counter() - t0
         out.update({k: v / n_updates for k, v in sums.items()})
+        out["loss/skipped_steps"] = sums["loss/skipped_steps"]  # a count, not a mean
         out["perf/learn_tokens_per_s"] = n_tokens / max(elapsed, 1e-9)
         out["loss/updates"] = float(n_updates)
         return out
 
+    def _mini_batches(
+        self, samples: Sequence[Sample], rng: np.random.Generator
+    ) -> list[list[Sample]]:
+        """This rank's mini-batches; every rank gets the same number (some may be empty).
+
+        With one process: :func:`mini_batches` of ``mini_batch_steps`` (all samples if 0).
+        With W ranks each rank splits its own shard into mini-batches of ``⌈size / W⌉``, so an
+        optimiser step sees about ``mini_batch_steps`` samples over all ranks.
+        """
+        cfg = self.cfg
+        if self.dist.world == 1:
+            return mini_batches(
+                samples, cfg.mini_batch_steps or len(samples), rng, cfg.query_preserved
+            )
+        if not cfg.mini_batch_steps:
+            minis = [list(samples)]
+        else:
+            size = max(1, math.ceil(cfg.mini_batch_steps / self.dist.world))
+            minis = mini_batches(samples, size, rng, cfg.query_preserved) if samples else []
+        n = int(self.dist.max([len(minis)])[0])
+        return minis + [[] for _ in range(n - len(minis))]
+
     def _step(self, mini: Sequence[Sample], device) -> dict[str, float]:
         cfg = self.cfg
-        n_tokens = float(sum(len(s.response_ids) for s in mini))
-        n_seqs = float(len(mini))
+        world = self.dist.world
+        # Loss denominators over the whole mini-batch of every rank: N ranks update as one.
+        n_tokens, n_seqs = self.dist.sum([sum(len(s.response_ids) for s in mini), len(mini)])
         agg = dict(mode=cfg.loss_agg, n_tokens=n_tokens, n_seqs=n_seqs, scale=self.loss_scale)
         self.optimizer.zero_grad(set_to_none=True)
         sums = dict(pg=0.0, clip=0.0, approx_kl=0.0, kl=0.0, entropy=0.0, loss=0.0)
-        for chunk in micro_batches(mini, cfg.micro_batch_tokens):
-            logits, t = forward_chunk(self.model, chunk, self.pad_id, device, cfg.share_prompts)
-            mask = t["mask"]
-            logp = logprobs_from_logits(logits, t["targets"], self.temperature)
-            ratio = policy_ratio(logp, t["old"], mask, cfg.ratio_level)
-            pg_tok, clipped = clipped_surrogate(
-                ratio, t["adv"], cfg.clip_low, cfg.clip_high, cfg.clip_ratio_c
-            )
-            pg = aggregate_loss(pg_tok, mask, **agg)
-            loss = pg
-            if cfg.entropy_coef > 0:
-                ent_tok = entropy_from_logits(logits / self.temperature)
-                loss = loss - cfg.entropy_coef * aggregate_loss(ent_tok, mask, **agg)
-            else:
-                with torch.no_grad():
-                    ent_tok = entropy_from_logits(logits / self.temperature)
-            if cfg.kl_coef > 0:
-                kl = aggregate_loss(kl_penalty(logp, t["ref"], cfg.kl_type), mask, **agg)
-                loss = loss + cfg.kl_coef * kl
-                sums["kl"] += float(kl.detach())
-            loss.backward()
-            with torch.no_grad():
-                sums["loss"] += float(loss)
-                sums["pg"] += float(pg)
-                sums["clip"] += float((clipped.float() * mask).sum()) / n_tokens
-                sums["approx_kl"] += float(((t["old"] - logp) * mask).sum()) / n_tokens
-                sums["entropy"] += float((ent_tok * mask).sum()) / n_tokens
+        chunks = micro_batches(mini, cfg.micro_batch_tokens) if mini else []
+        n_chunks = int(self.dist.max([len(chunks)])[0]) if world > 1 else len(chunks)
+        for k in range(len(chunks), n_chunks):  # keep in step with ranks that have more
+            with parallel.gradient_sync(self.model, k == n_chunks - 1):
+                parallel.dummy_backward(self.model, self.pad_id, device)
+        for k, chunk in enumerate(chunks):
+            # Gradients are reduced once, in the last backward of the mini-batch.
+            last = k == len(chunks) - 1 and len(chunks) == n_chunks
+            with parallel.gradient_sync(self.model, last or world == 1):
+                self._backward(chunk, device, agg, sums, n_tokens)
+        if world > 1:
+            keys = list(sums)
+            sums = dict(zip(keys, self.dist.sum([sums[k] for k in keys])))
         params = [p for p in self.model.parameters() if p.requires_grad]
         if cfg.max_grad_norm > 0:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
+            norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
         else:
             grads = [p.grad.norm() ** 2 for p in params if p.grad is not None]
             grad_norm = float(torch.sqrt(sum(grads))) if grads else 0.0
-        self.optimizer.step()
+        return self._apply(sums, grad_norm, n_tokens)
+
+    def _backward(self, chunk, device, agg: dict, sums: dict, n_tokens: float) -> None:
+        """Loss of one micro-batch, its backward, and its share of the metrics in ``sums``.
+
+        The loss is multiplied by the world size because DDP and FSDP average gradients over
+        the ranks while the denominators in ``agg`` are already global."""
+        cfg = self.cfg
+        logits, t = forward_chunk(self.model, chunk, self.pad_id, device, cfg.share_prompts)
+        mask = t["mask"]
+        logp = logprobs_from_logits(logits, t["targets"], self.temperature)
+        ratio = policy_ratio(logp, t["old"], mask, cfg.ratio_level)
+        pg_tok, clipped = clipped_surrogate(
+            ratio, t["adv"], cfg.clip_low, cfg.clip_high, cfg.clip_ratio_c
+        )
+        pg = aggregate_loss(pg_tok, mask, **agg)
+        loss = pg
+        if cfg.entropy_coef > 0:
+            ent_tok = entropy_from_logits(logits / self.temperature)
+            loss = loss - cfg.entropy_coef * aggregate_loss(ent_tok, mask, **agg)
+        else:
+            with torch.no_grad():
+                ent_tok = entropy_from_logits(logits / self.temperature)
+        if cfg.kl_coef > 0:
+            kl = aggregate_loss(kl_penalty(logp, t["ref"], cfg.kl_type), mask, **agg)
+            loss = loss + cfg.kl_coef * kl
+            sums["kl"] += float(kl.detach())
+        (loss * self.dist.world if self.dist.world > 1 else loss).backward()
+        with torch.no_grad():
+            sums["loss"] += float(loss)
+            sums["pg"] += float(pg)
+            sums["clip"] += float((clipped.float() * mask).sum()) / n_tokens
+            sums["approx_kl"] += float(((t["old"] - logp) * mask).sum()) / n_tokens
+            sums["entropy"] += float((ent_tok * mask).sum()) / n_tokens
+
+    def _apply(self, sums: dict, grad_norm: float, n_tokens: float) -> dict[str, float]:
+        """Step the optimiser unless the loss or gradient norm is not finite; the metrics.
+
+        ``sums`` and ``grad_norm`` are global (equal on every rank), so every rank decides
+        alike."""
+        cfg = self.cfg
+        skipped = not (math.isfinite(sums["loss"]) and math.isfinite(grad_norm))
+        if skipped:
+            # Stepping would write NaN/inf into the weights (and the optimiser's moments):
+            # drop this mini-batch's gradient instead, and stop if it keeps happening.
+            self.optimizer.zero_grad(set_to_none=True)
+            self.nonfinite_streak += 1
+            log.warning(
+                "skipped an optimiser step: loss %s, gradient norm %s (%d in a row)",
+                sums["loss"],
+                grad_norm,
+                self.nonfinite_streak,
+            )
+            if self.nonfinite_streak >= cfg.max_nonfinite_skips:
+                raise NonFiniteLossError(
+                    f"{self.nonfinite_streak} optimiser steps in a row had a non-finite loss or "
+                    f"gradient norm (last: loss {sums['loss']}, grad norm {grad_norm}); stopping. "
+                    "Lower learner.lr, check the rewards and advantages, or resume from the last "
+                    "checkpoint (the weights were never updated with a non-finite step)."
+                )
+        else:
+            self.nonfinite_streak = 0
+            self.optimizer.step()
         return {
+            "loss/skipped_steps": float(skipped),
             "loss/total": sums["loss"],
             "loss/pg": sums["pg"],
             "loss/kl": sums["kl"],

@@ -24,7 +24,7 @@ from transformers import (
     Qwen2Config,
 )
 
-from agentrl.configuration import check
+from agentrl.configuration import ConfigError, check
 
 PAD, EOS = "<|pad|>", "<|end|>"
 ROLE_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>")
@@ -70,8 +70,10 @@ class ModelConfig:
     tokenizer's output (so reloading a qwen2 tiny checkpoint elsewhere would re-tokenize)."""
     hidden_size: int = 64
     num_layers: int = 2
-    num_heads: int = 4
-    num_kv_heads: int = 2
+    num_heads: int = 2
+    """Head size = hidden_size / num_heads: 32 by default, a size vLLM's CPU attention supports
+    (it rejects 16), so ``rollout.backend=vllm`` runs the tiny model on CPU too."""
+    num_kv_heads: int = 1
     intermediate_size: int = 256
     max_positions: int = 4096
     vocab_size: int = 768
@@ -155,14 +157,47 @@ def build_tiny_model(cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase) -> Pr
     return model
 
 
+def check_model_source(name_or_path: str) -> None:
+    """Fail early, with agentrl's message, when ``name_or_path`` is a local path that is not
+    there (transformers would instead try it as a hub repo id and fail with a repo-id error).
+
+    A value that starts like a path (``/``, ``./``, ``../``, ``~``) or names an existing file
+    must be a directory holding ``config.json``; anything else is taken as a hub id.
+    """
+    import os
+
+    expanded = os.path.expanduser(name_or_path)
+    looks_local = name_or_path.startswith(("/", "./", "../", "~")) or os.path.exists(expanded)
+    if looks_local and not os.path.isfile(os.path.join(expanded, "config.json")):
+        what = "is not a directory" if not os.path.isdir(expanded) else "has no config.json"
+        raise ConfigError(
+            f"model.name_or_path={name_or_path!r} {what}: give the folder of a Hugging Face "
+            "checkpoint (config.json, weights, tokenizer files), e.g. an agentrl checkpoint "
+            "<out_dir>/checkpoints/iter-NNNNNN, or a hub id such as Qwen/Qwen2.5-1.5B-Instruct."
+        )
+
+
 def load_pretrained(
     cfg: ModelConfig, path: str | None = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load model and tokenizer with ``from_pretrained`` from ``path`` or ``cfg.name_or_path``."""
+    """Load model and tokenizer with ``from_pretrained`` from ``path`` or ``cfg.name_or_path``.
+
+    Raises :class:`~agentrl.configuration.ConfigError` naming ``model.name_or_path`` when the
+    source is neither a checkpoint folder nor a loadable hub id (offline machines included).
+    """
     source = path or cfg.name_or_path
     if source is None:
         raise ValueError("load_pretrained needs model.name_or_path or a checkpoint path")
-    tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=cfg.trust_remote_code)
+    check_model_source(source)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=cfg.trust_remote_code)
+    except (OSError, ValueError) as exc:  # HF's repo-id validation errors are ValueErrors
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(
+            f"model.name_or_path={source!r} could not be loaded: it is not a local checkpoint "
+            f"folder and not a hub id this machine can fetch ({first}). Give the folder of a "
+            "Hugging Face checkpoint, or a hub id on a machine with access to the hub."
+        ) from exc
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -44,6 +44,10 @@ class Backend(Protocol):
     def sync(self, model) -> None:
         """Make the next generations use ``model``'s current weights."""
 
+    def sleep(self) -> None:
+        """Free generation memory for the learner update (vLLM sleep mode); the next ``sync`` or
+        ``generate`` takes it back."""
+
 
 class HFBackend:
     """Generation with transformers ``generate`` (KV cache, left padding), CPU or GPU."""
@@ -55,6 +59,9 @@ class HFBackend:
 
     def sync(self, model) -> None:
         """Nothing to do: generation runs on the training model itself."""
+
+    def sleep(self) -> None:
+        """Nothing to free: generation shares the training model's memory."""
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[list[int]], sampling: Sampling) -> list[Generation]:

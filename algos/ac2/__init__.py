@@ -13,9 +13,12 @@ from agentrl.credit import Advantages, register_estimator
 from agentrl.credit.batch import StepBatch
 
 
-@register_estimator("ac2", config=AC2Config, driver="agentrl.algos.ac2.driver:AC2Driver")
+# Its groups are the algo.group_size continuations of one prefix, not rollout.group_size.
+@register_estimator(
+    "ac2", config=AC2Config, driver="agentrl.algos.ac2.driver:AC2Driver", group_based=False
+)
 def ac2(batch: StepBatch, graph: object, cfg: AC2Config) -> Advantages:
-    """(N,) float64: v_i − mean_j v_j over the valid rows of each prefix group."""
-    group = batch.traj_group[batch.step_traj]
-    adv = ac2_advantages(batch.step_reward, batch.step_valid, group)
-    return Advantages(step=adv, metrics={"ac2_valid_frac": float(batch.step_valid.mean())})
+    """(N,) float64: v_i − mean_j v_j over the valid rows of each prefix group (O(N))."""
+    adv = ac2_advantages(batch.step_reward, batch.step_valid, batch.step_group)
+    valid_frac = float(batch.step_valid.mean()) if batch.n_steps else 0.0
+    return Advantages(step=adv, metrics={"ac2_valid_frac": valid_frac})

@@ -152,25 +152,38 @@ def cut_points(length: int, chunk: int, max_frac: float = 0.9) -> list[int]:
 def ac2_advantages(values: np.ndarray, valid: np.ndarray, group: np.ndarray) -> np.ndarray:
     """Â_i = v_i − mean of the valid v_j in i's group; invalid rows get 0.
 
+    Vectorised over rows: per-group sums and counts of the valid rows by ``np.bincount``, so the
+    cost is O(N) (plus a sort when the group ids are not small non-negative integers), not one
+    pass over the batch per group.
+
     Args:
         values: (N,) float — endpoint value of each continuation (critic estimate, or the true
-            reward when the continuation finished).
+            reward when the continuation finished). Invalid rows may hold anything (NaN too).
         valid: (N,) bool — whether the value is usable (an off-grid critic answer is not).
-        group: (N,) int — prefix group of each continuation.
+        group: (N,) int — prefix group of each continuation (any integers).
     Returns:
-        (N,) float64. A group with a single valid row has mean 0 (verl's GRPO convention).
+        (N,) float64. A group with a single valid row has mean 0 (verl's GRPO convention); a
+        group without valid rows contributes nothing.
     """
     values = np.asarray(values, dtype=np.float64)
     valid = np.asarray(valid, dtype=bool)
     group = np.asarray(group, dtype=np.int64)
-    out = np.zeros(len(values))
-    for g in np.unique(group):
-        rows = np.flatnonzero((group == g) & valid)
-        if len(rows) == 0:
-            continue
-        mean = values[rows].mean() if len(rows) > 1 else 0.0
-        out[rows] = values[rows] - mean
-    return out
+    if not values.shape == valid.shape == group.shape or values.ndim != 1:
+        raise ValueError(
+            f"values, valid and group must be (N,) alike, got {values.shape}, {valid.shape}, "
+            f"{group.shape}"
+        )
+    if values.size == 0:
+        return np.zeros(0)
+    if group.min() >= 0 and group.max() < 2 * group.size + 1024:
+        ids = group  # already usable as bincount bins (the trainer's group indices are)
+    else:
+        ids = np.unique(group, return_inverse=True)[1].reshape(-1)
+    v = np.where(valid, values, 0.0)  # (N,) invalid rows carry no weight, whatever they hold
+    count = np.bincount(ids, weights=valid.astype(np.float64))  # (n_groups,) valid rows
+    total = np.bincount(ids, weights=v)  # (n_groups,)
+    mean = np.where(count > 1, total / np.maximum(count, 1.0), 0.0)  # singleton: mean 0
+    return np.where(valid, v - mean[ids], 0.0)
 
 
 class LRLadder:

@@ -68,6 +68,10 @@ class ProofConfig:
     judge_temperature: float = 0.0
     judge_with_reference: bool = True
     """Show the judge the reference solution (AC2 trains with a judge that does not see it)."""
+    judge_concurrency: int = 8
+    """Judge requests in flight at once (``source=file``): the inline env pool steps up to this
+    many proof envs of a batch in threads, so a batch's answers are judged together rather
+    than one after another. 1 = one at a time."""
 
     def __post_init__(self) -> None:
         # YAML gives lists; the dataclass holds tuples (hashable, like every frozen default).
@@ -103,6 +107,7 @@ class ProofConfig:
         check(self.judge_retries >= 0, "env.judge_retries", self.judge_retries, ">= 0")
         check(self.judge_backoff_s >= 0, "env.judge_backoff_s", self.judge_backoff_s, ">= 0")
         check(self.judge_max_tokens >= 1, "env.judge_max_tokens", self.judge_max_tokens, ">= 1")
+        check(self.judge_concurrency >= 1, "env.judge_concurrency", self.judge_concurrency, ">= 1")
         check(
             0.0 <= self.judge_temperature <= 2.0,
             "env.judge_temperature",

@@ -9,11 +9,14 @@ Three kinds, each at difficulty 1-3 (the number of steps of the reference soluti
 - ``simplify``: "Expand and simplify (x + 2)(x - 5)." Like an identity whose right side (the
   expanded polynomial) is not given.
 
-Every reference step is a real step for the grader: it changes the formula in a way sympy's
-automatic evaluation would not (expanding a product of brackets, factoring, cancelling), so
-difficulty 3 means three counted steps. Problems come from templates with small random integer
-coefficients; :func:`generate` is deterministic for a seed (numpy's ``default_rng``) and never
-repeats a problem within a split or across the splits it is told to avoid. This module does no
+Every reference step is a progress step for the grader (it brings the formula closer to the
+target by the measure in :mod:`~agentrl.envs.proof.grading`: a bracket multiplied out, like terms
+collected, a solving move made), so difficulty 3 means three counted steps. Other routes earn
+full marks too; the reference is one correct derivation, not the expected wording.
+
+Problems come from templates with small random integer coefficients; :func:`generate` is
+deterministic for a seed (numpy's ``default_rng``) and never repeats a problem within a split or
+across the splits it is told to avoid. This module does no
 algebra itself (no sympy): the tests grade every reference solution and expect 7 points.
 """
 

@@ -17,6 +17,9 @@ LLM judge for ``source=file``) and the episode ends with reward ``points / 7``.
   averages), ``grade`` (details: valid steps, first error, judge reply, ...) and
   ``judge_error`` (why the judgement failed, else None). A failed judgement gives reward 0.0
   and ends the episode; it never raises.
+- With ``source=file`` the env sets ``step_concurrency = env.judge_concurrency``: the inline
+  env pool steps up to that many envs of a batch in threads, so their judge requests run
+  concurrently (see :attr:`agentrl.env_api.TextEnv.step_concurrency`).
 - ``executed_action``: the answer lowercased with whitespace collapsed (responses that differ
   only in case or spacing share statistics).
 - ``reset(options={"split": "eval"})`` draws from the eval split; ``{"task_index": k}`` poses
@@ -83,6 +86,9 @@ class ProofEnv(TextEnv):
         self.config: ProofConfig = from_mapping(ProofConfig, kwargs, path="env")
         self.render_mode = render_mode
         self.max_steps = self.config.max_steps
+        # A judged step waits on the network: a pool may step this many envs at once (the
+        # judge client is thread-safe). Mechanical grading computes (sympy): one at a time.
+        self.step_concurrency = self.config.judge_concurrency if self.config.source == "file" else 1
         self.task: ProofTask | None = None
         self.last_grade: Grade | None = None
         self._answers = 0

@@ -25,8 +25,12 @@ calls, attribute access, strings, brackets other than parentheses, ``lambda``) i
 with a :class:`MathSyntaxError` whose message says why.
 
 sympy evaluates as it builds (``2*(x + 3)`` becomes ``2*x + 6``, ``x + x`` becomes ``2*x``,
-``(x + 1)/(x + 1)`` becomes ``1``); the grader relies on that to tell real steps from
-rewritings that change nothing (see :mod:`agentrl.envs.proof.grading`).
+``(x + 1)/(x + 1)`` becomes ``1``). The grader also needs the formula *as written*: a term-by-term
+expansion ``x^2 + 3x + 2x + 6`` is a step of its own even though sympy turns it into ``x^2 + 5x
++ 6``. :func:`parse_written` therefore returns, next to the sympy value, the *written form*: a
+hashable tree of nested tuples that keeps every term and factor the text has and forgets only
+notation (the :data:`Form` docstring lists what it forgets). Both are built in one pass by the
+same parser; nothing is evaluated from text.
 """
 
 from __future__ import annotations
@@ -51,12 +55,34 @@ f, g, h (function names: ``f(x)`` is rejected, not read as f*x)."""
 FUNCTIONS: tuple[str, ...] = ("sqrt",)
 
 
+Form = tuple
+"""A formula as written, up to notation (see :func:`form_add` and friends). One of:
+
+- ``("n", p, q)``: the rational p/q (q > 0); literals, decimals (``2.5`` is ``("n", 5, 2)``) and
+  the reciprocal of a literal divisor (``x/2`` holds ``("n", 1, 2)``);
+- ``("s", name)``: a symbol;
+- ``("+", terms)``: a sum of two or more terms, flattened and sorted (``a + (b + c)`` and
+  ``c + b + a`` have one form); zero terms are dropped;
+- ``("*", factors)``: a product of two or more factors, flattened and sorted; factors 1 are
+  dropped, a factor 0 makes the product 0, and the signs of all numeric factors are moved onto
+  the first numeric factor (``-(3x)``, ``(-3)x`` and ``-3x`` have one form), but numeric factors
+  are never multiplied together (``2*3x`` is not ``6x``, ``15/3`` is not ``5``);
+- ``("^", base, k)``: an integer power k != 1 (``x^1`` is ``x``); dividing by a non-number b is
+  the factor ``("^", b, -1)``;
+- ``("sqrt", arg)``.
+
+So parentheses, spacing, ``*`` versus juxtaposition, the order of terms and factors, ``+ 0``,
+``* 1`` and where a minus sign sits do not change the form; anything that takes arithmetic
+(collecting like terms, multiplying numbers out, expanding a bracket) does."""
+
+
 class MathSyntaxError(ValueError):
     """The text is not a formula this parser accepts; the message says why."""
 
 
 class Token(NamedTuple):
-    """One token: ``kind`` is num, name, pow, op, lpar, rpar, eq, sep or (lenient mode) bad."""
+    """One token: ``kind`` is num, name, pow, op, lpar, rpar, eq, sep, pm (``±``, which no
+    formula holds: the grader splits it into two) or (lenient mode) bad."""
 
     kind: str
     text: str
@@ -74,6 +100,7 @@ _TOKEN = re.compile(
     r"|(?P<rpar>\))"
     r"|(?P<eq>=)"
     r"|(?P<sep>[,;])"
+    r"|(?P<pm>±)"
 )
 
 
@@ -106,10 +133,80 @@ def tokenize(text: str, *, lenient: bool = False) -> list[Token]:
 
 @dataclass(frozen=True)
 class _Value:
-    """A parsed sub-formula and a bound on its polynomial degree."""
+    """A parsed sub-formula, a bound on its polynomial degree and its written form."""
 
     expr: sympy.Expr
     degree: int
+    form: Form
+
+
+class Parsed(NamedTuple):
+    """A formula: its sympy value and its written form (:data:`Form`)."""
+
+    expr: sympy.Expr
+    form: Form
+
+
+# -- written forms ------------------------------------------------------------------------------
+
+ZERO: Form = ("n", 0, 1)
+ONE: Form = ("n", 1, 1)
+
+
+def form_number(r: sympy.Rational) -> Form:
+    """The form of a rational number."""
+    return ("n", int(r.p), int(r.q))
+
+
+def form_add(a: Form, b: Form) -> Form:
+    """The form of ``a + b`` (flattened, sorted, zero terms dropped)."""
+    terms = [t for f in (a, b) for t in (f[1] if f[0] == "+" else (f,)) if t != ZERO]
+    if not terms:
+        return ZERO
+    return terms[0] if len(terms) == 1 else ("+", tuple(sorted(terms)))
+
+
+def form_mul(a: Form, b: Form) -> Form:
+    """The form of ``a * b`` (flattened, sorted, factors 1 dropped, signs on the numbers)."""
+    factors = [t for f in (a, b) for t in (f[1] if f[0] == "*" else (f,))]
+    if ZERO in factors:
+        return ZERO
+    negative = sum(1 for f in factors if f[0] == "n" and f[1] < 0) % 2 == 1
+    numbers = sorted(("n", abs(f[1]), f[2]) for f in factors if f[0] == "n")
+    numbers = [f for f in numbers if f != ONE]
+    if negative:
+        numbers = (
+            [("n", -numbers[0][1], numbers[0][2]), *numbers[1:]] if numbers else [("n", -1, 1)]
+        )
+    out = numbers + sorted(f for f in factors if f[0] != "n")
+    if not out:
+        return ONE
+    return out[0] if len(out) == 1 else ("*", tuple(out))
+
+
+def form_neg(a: Form) -> Form:
+    """The form of ``-a``."""
+    return form_mul(("n", -1, 1), a)
+
+
+def form_pow(a: Form, k: int) -> Form:
+    """The form of ``a^k`` for a whole number k."""
+    return a if k == 1 else ("^", a, k)
+
+
+def form_reciprocal(a: Form) -> Form:
+    """The form of ``1/a`` (``a`` not zero)."""
+    if a[0] == "n":
+        sign = -1 if a[1] < 0 else 1
+        return ("n", sign * a[2], abs(a[1]))
+    if a[0] == "*":
+        out = ONE
+        for f in a[1]:
+            out = form_mul(out, form_reciprocal(f))
+        return out
+    if a[0] == "^":
+        return form_pow(a[1], -a[2])
+    return ("^", a, -1)
 
 
 class _Parser:
@@ -121,7 +218,7 @@ class _Parser:
         self.symbols = symbols
         self.depth = 0
 
-    def parse(self) -> sympy.Expr:
+    def parse(self) -> Parsed:
         if not self.tokens:
             raise MathSyntaxError("empty formula")
         value = self.expr()
@@ -129,7 +226,7 @@ class _Parser:
             raise MathSyntaxError(f"unexpected {self.tokens[self.i].text!r}")
         if len(value.expr.free_symbols) > MAX_SYMBOLS:
             raise MathSyntaxError(f"more than {MAX_SYMBOLS} different symbols")
-        return value.expr
+        return Parsed(value.expr, value.form)
 
     # -- grammar ---------------------------------------------------------------------------
     def expr(self) -> _Value:
@@ -137,8 +234,11 @@ class _Parser:
         while (tok := self.peek()) is not None and tok.kind == "op" and tok.text in "+-":
             self.i += 1
             right = self.term()
-            e = value.expr + right.expr if tok.text == "+" else value.expr - right.expr
-            value = self.checked(e, max(value.degree, right.degree))
+            if tok.text == "+":
+                e, form = value.expr + right.expr, form_add(value.form, right.form)
+            else:
+                e, form = value.expr - right.expr, form_add(value.form, form_neg(right.form))
+            value = self.checked(e, max(value.degree, right.degree), form)
         return value
 
     def term(self) -> _Value:
@@ -167,7 +267,9 @@ class _Parser:
             self.enter()
             value = self.unary()
             self.depth -= 1
-            return value if tok.text == "+" else self.checked(-value.expr, value.degree)
+            if tok.text == "+":
+                return value
+            return self.checked(-value.expr, value.degree, form_neg(value.form))
         return self.power()
 
     def power(self) -> _Value:
@@ -187,7 +289,8 @@ class _Parser:
             raise MathSyntaxError("the formula ends too early")
         self.i += 1
         if tok.kind == "num":
-            return _Value(_number(tok.text), 0)
+            n = _number(tok.text)
+            return _Value(n, 0, form_number(n))
         if tok.kind == "lpar":
             self.enter()
             value = self.expr()
@@ -197,7 +300,7 @@ class _Parser:
         if tok.kind == "name":
             name = tok.text.lower()
             if name in self.symbols:
-                return _Value(sympy.Symbol(name), 1)
+                return _Value(sympy.Symbol(name), 1, ("s", name))
             nxt = self.peek()
             if name in FUNCTIONS and nxt is not None and nxt.kind == "lpar":
                 self.i += 1
@@ -205,7 +308,7 @@ class _Parser:
                 arg = self.expr()
                 self.expect_rpar()
                 self.depth -= 1
-                return self.checked(sympy.sqrt(arg.expr), arg.degree)
+                return self.checked(sympy.sqrt(arg.expr), arg.degree, ("sqrt", arg.form))
             if nxt is not None and nxt.kind == "lpar":
                 raise MathSyntaxError(
                     f"function call {tok.text}(...) is not allowed (only {', '.join(FUNCTIONS)})"
@@ -233,12 +336,13 @@ class _Parser:
         self.i += 1
 
     def multiply(self, a: _Value, b: _Value) -> _Value:
-        return self.checked(a.expr * b.expr, a.degree + b.degree)
+        return self.checked(a.expr * b.expr, a.degree + b.degree, form_mul(a.form, b.form))
 
     def divide(self, a: _Value, b: _Value) -> _Value:
         if is_identically_zero(b.expr):
             raise MathSyntaxError("division by zero")
-        return self.checked(a.expr / b.expr, a.degree + b.degree, finite=True)
+        form = form_mul(a.form, form_reciprocal(b.form))
+        return self.checked(a.expr / b.expr, a.degree + b.degree, form, finite=True)
 
     def raise_to(self, base: _Value, exponent: _Value) -> _Value:
         k = exponent.expr
@@ -255,16 +359,16 @@ class _Parser:
             digits = max(len(str(abs(b.p))), len(str(b.q)))
             if abs(k) * (digits - 1) > MAX_NUMBER_DIGITS:
                 raise MathSyntaxError(f"number too large (more than {MAX_NUMBER_DIGITS} digits)")
-        return self.checked(b**k, abs(k) * base.degree, finite=True)
+        return self.checked(b**k, abs(k) * base.degree, form_pow(base.form, k), finite=True)
 
-    def checked(self, e: sympy.Expr, degree: int, finite: bool = False) -> _Value:
+    def checked(self, e: sympy.Expr, degree: int, form: Form, finite: bool = False) -> _Value:
         if degree > MAX_DEGREE:
             raise MathSyntaxError(f"degree too high (at most {MAX_DEGREE})")
         if e.is_Rational and max(len(str(abs(e.p))), len(str(e.q))) > MAX_NUMBER_DIGITS:
             raise MathSyntaxError(f"number too large (more than {MAX_NUMBER_DIGITS} digits)")
         if finite and e.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo):
             raise MathSyntaxError("division by zero")
-        return _Value(e, degree)
+        return _Value(e, degree, form)
 
 
 def _number(text: str) -> sympy.Rational:
@@ -305,8 +409,8 @@ def is_identically_zero(e: sympy.Expr) -> bool:
     return sympy.cancel(e) == 0
 
 
-def parse_tokens(tokens: Sequence[Token], symbols: Iterable[str] = DEFAULT_SYMBOLS) -> sympy.Expr:
-    """The sympy expression of a token list (from :func:`tokenize`).
+def parse_written(tokens: Sequence[Token], symbols: Iterable[str] = DEFAULT_SYMBOLS) -> Parsed:
+    """The sympy expression and the written form (:data:`Form`) of a token list.
 
     Raises:
         MathSyntaxError: if the tokens are not a formula within the bounds of this module.
@@ -314,9 +418,18 @@ def parse_tokens(tokens: Sequence[Token], symbols: Iterable[str] = DEFAULT_SYMBO
     for tok in tokens:
         if tok.kind == "bad":
             raise MathSyntaxError(f"unexpected character {tok.text!r}")
-        if tok.kind in ("eq", "sep"):
+        if tok.kind in ("eq", "sep", "pm"):
             raise MathSyntaxError(f"unexpected {tok.text!r} inside a formula")
     return _Parser(tokens, frozenset(symbols)).parse()
+
+
+def parse_tokens(tokens: Sequence[Token], symbols: Iterable[str] = DEFAULT_SYMBOLS) -> sympy.Expr:
+    """The sympy expression of a token list (from :func:`tokenize`).
+
+    Raises:
+        MathSyntaxError: if the tokens are not a formula within the bounds of this module.
+    """
+    return parse_written(tokens, symbols).expr
 
 
 def parse_expression(text: str, symbols: Iterable[str] = DEFAULT_SYMBOLS) -> sympy.Expr:

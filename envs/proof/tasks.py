@@ -80,8 +80,10 @@ def derivation_rubric(d: Derivation) -> str:
     return (
         f"Checked mechanically. 7 points: a chain of {things}, each equivalent to the one "
         f"before, that starts from the given {given} and ends with the target{shown}. "
-        "Otherwise 1 point per distinct correct intermediate formula before the first wrong "
-        "step (at most 3), plus 1 point if correct steps reached the target."
+        "Otherwise 1 point per correct step that brings the chain closer to the target, before "
+        "the first wrong step (at most 3), plus 1 point if correct steps reached the target "
+        "(for an identity, whose target is given, only after such a step). Restating, "
+        "reordering or rescaling earns nothing."
     )
 
 

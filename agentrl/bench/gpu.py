@@ -1,0 +1,216 @@
+"""GPU check: vLLM tests on CUDA, a bf16 training iteration of a small real architecture, and
+rollout tokens/s, learner tokens/s and MFU, written to ``<out>/gpu.md``.
+
+``python -m agentrl.bench gpu`` (or ``bash scripts/gpu_check.sh``) on a machine with a CUDA
+device, a CUDA build of torch and vLLM (``pip install -e ".[dev,vllm]"``). Three stages, each
+with its own time limit so the whole stays under 8 minutes; a failed stage is reported in the
+file and makes the exit code 1, the others still run:
+
+1. ``pytest -m "vllm or gpu" tests/`` with ``AGENTRL_REQUIRE_VLLM=1`` (a vLLM that does not
+   import fails instead of skipping): HF/vLLM agreement, weight sync (full, merged LoRA,
+   adapter-only LoRA), stop strings, truncation, and a train + resume run, all on CUDA.
+2. ``python -m agentrl.run`` for two iterations (the second is the warm one) with a Qwen2.5-0.5B
+   shaped model built from a config (hidden 896, 24 layers, 14 heads / 2 KV heads, MLP 4864;
+   the vocabulary is the locally trained tokenizer's, so no hub), bf16, ``rollout.backend=vllm``
+   (sleep mode on): its rollout tokens/s (``perf/gen_tokens_per_s``, the whole rollout phase).
+3. In process, the learner on the same architecture: PPO updates of 64 samples × 512 tokens;
+   learner tokens/s (all tokens through forward and backward) and MFU = 6 · parameters ·
+   tokens/s / the GPU's dense bf16 peak (attention FLOPs left out, so MFU is a lower bound).
+
+Without a CUDA device it stops at once with exit code 1 and says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from agentrl.bench._report import header
+
+ARCH = {
+    "model.arch": "qwen2",
+    "model.hidden_size": 896,
+    "model.num_layers": 24,
+    "model.num_heads": 14,
+    "model.num_kv_heads": 2,
+    "model.intermediate_size": 4864,
+    "model.dtype": "bfloat16",
+}
+PEAK_BF16_TFLOPS = {"H200": 989.4, "H100": 989.4, "A100": 312.0, "L40S": 362.1, "L4": 121.0}
+"""Dense bf16 peaks (SXM parts; NVIDIA data sheets) by a substring of the device name."""
+TEST_TIMEOUT_S, TRAIN_TIMEOUT_S = 240, 150
+
+
+def _peak_tflops(name: str) -> float | None:
+    for key, peak in PEAK_BF16_TFLOPS.items():
+        if key in name:
+            return peak
+    return None
+
+
+def _stage_tests() -> tuple[bool, str]:
+    env = {**os.environ, "AGENTRL_REQUIRE_VLLM": "1"}
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "vllm or gpu"]
+    try:
+        proc = subprocess.run(
+            [*cmd, "tests/"], capture_output=True, text=True, timeout=TEST_TIMEOUT_S, env=env
+        )
+    except subprocess.TimeoutExpired:
+        return False, f"timed out after {TEST_TIMEOUT_S} s"
+    lines = [x for x in proc.stdout.splitlines() if x.strip()]
+    summary = lines[-1] if lines else proc.stderr[-500:]
+    return proc.returncode == 0, summary
+
+
+def _stage_train(work: Path) -> tuple[bool, dict]:
+    overrides = [f"{k}={v}" for k, v in ARCH.items()] + [
+        "rollout.backend=vllm",
+        "rollout.vllm_gpu_memory_utilization=0.3",
+        "rollout.max_new_tokens=32",
+        "learner.lr=1e-5",
+        "trainer.steps=2",
+        "trainer.eval_every=0",
+        "trainer.save_every=0",
+        "trainer.progress=false",
+    ]
+    out = work / "train"
+    cmd = [sys.executable, "-m", "agentrl.run", *overrides, f"trainer.out_dir={out}"]
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(
+            [*cmd, f"hydra.run.dir={out}/hydra"],
+            capture_output=True,
+            text=True,
+            timeout=TRAIN_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        return False, {"error": f"timed out after {TRAIN_TIMEOUT_S} s"}
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        return False, {"error": proc.stderr[-1500:]}
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    last = rows[-1]
+    return True, {
+        "wall_s": wall,
+        "iterations": [
+            {k: r[k] for k in ("perf/gen_tokens_per_s", "perf/rollout_s", "perf/learn_s")}
+            for r in rows
+            if "perf/rollout_s" in r
+        ],
+        "learn_response_tokens_per_s": last.get("perf/learn_tokens_per_s", float("nan")),
+    }
+
+
+def _stage_learner() -> dict:
+    import numpy as np
+
+    from agentrl.learn.learner import Learner, LearnerConfig, Sample
+    from agentrl.learn.model import ModelConfig, build_tiny_model, build_tokenizer
+
+    cfg = ModelConfig(**{k.removeprefix("model."): v for k, v in ARCH.items()})
+    tok = build_tokenizer(["push the box up down left right # _ O X P"] * 50, cfg.vocab_size)
+    torch.manual_seed(0)
+    model = build_tiny_model(cfg, tok).cuda()
+    n_params = sum(p.numel() for p in model.parameters())
+    rng = np.random.default_rng(0)
+    vocab = len(tok)
+    samples = [
+        Sample(
+            rng.integers(5, vocab, 448).tolist(),
+            rng.integers(5, vocab, 64).tolist(),
+            [-1.0] * 64,
+            float(rng.choice([-1.0, 1.0])),
+            group=k // 8,
+        )
+        for k in range(64)
+    ]
+    tokens = sum(len(s.prompt_ids) + len(s.response_ids) for s in samples)
+    learner = Learner(model, LearnerConfig(lr=1e-6, micro_batch_tokens=16384), tok.pad_token_id)
+    learner.update(samples, rng)  # warm-up (allocator, kernels)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        learner.update(samples, rng)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    per_s = tokens / float(np.median(times))
+    name = torch.cuda.get_device_name()
+    peak = _peak_tflops(name)
+    achieved = 6.0 * n_params * per_s / 1e12
+    return {
+        "params": n_params,
+        "tokens_per_update": tokens,
+        "update_s": float(np.median(times)),
+        "tokens_per_s": per_s,
+        "tflops": achieved,
+        "mfu": achieved / peak if peak else None,
+        "peak_tflops": peak,
+        "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
+    }
+
+
+def run(out_dir: str = "results", quick: bool = False) -> Path:
+    if not torch.cuda.is_available():
+        raise SystemExit(
+            "python -m agentrl.bench gpu: no CUDA device (torch.cuda.is_available() is False, "
+            f"torch {torch.__version__}). Run it on a GPU machine with a CUDA build of torch "
+            'and vLLM: pip install -e ".[dev,vllm]". Nothing was written.'
+        )
+    out = Path(out_dir)
+    work = out / ".gpu_runs"
+    t_all = time.perf_counter()
+    ok_tests, tests = _stage_tests()
+    print(f"1. tests: {'ok' if ok_tests else 'FAILED'}: {tests}", flush=True)
+    ok_train, train = _stage_train(work)
+    print(f"2. training: {'ok' if ok_train else 'FAILED'}", flush=True)
+    try:
+        learn, ok_learn = _stage_learner(), True
+    except Exception as exc:
+        learn, ok_learn = {"error": f"{type(exc).__name__}: {exc}"}, False
+    print(f"3. learner: {'ok' if ok_learn else 'FAILED'}", flush=True)
+
+    name = torch.cuda.get_device_name()
+    head = header(("torch", "transformers", "vllm"), "python -m agentrl.bench gpu", quick)
+    head[0] = head[0].replace("no GPU", f"GPU: {name}")
+    lines = ["# GPU check", "", *head, f"Total wall time: {time.perf_counter() - t_all:.0f} s.", ""]
+    lines += ["## 1. vLLM and GPU tests on CUDA", "", f"{'passed' if ok_tests else 'FAILED'}: "]
+    lines[-1] += f"`{tests}`"
+    lines += ["", "## 2. bf16 training with vLLM rollouts (Qwen2.5-0.5B shape, from config)", ""]
+    if ok_train:
+        lines += [
+            "| iteration | rollout tokens/s | rollout s | learn s |",
+            "|---:|---:|---:|---:|",
+        ]
+        for k, r in enumerate(train["iterations"], start=1):
+            lines.append(
+                f"| {k} | {r['perf/gen_tokens_per_s']:,.0f} | {r['perf/rollout_s']:.2f} | "
+                f"{r['perf/learn_s']:.2f} |"
+            )
+        lines += ["", f"Run wall time {train['wall_s']:.0f} s (engine start included)."]
+    else:
+        lines.append(f"FAILED: ```{train['error']}```")
+    lines += ["", "## 3. Learner throughput and MFU (same architecture, bf16)", ""]
+    if ok_learn:
+        mfu = "n/a (unknown peak)" if learn["mfu"] is None else f"{100 * learn['mfu']:.1f} %"
+        lines.append(
+            f"{learn['params']:,} parameters; {learn['tokens_per_update']:,} tokens per update "
+            f"in {learn['update_s']:.2f} s: {learn['tokens_per_s']:,.0f} tokens/s, "
+            f"{learn['tflops']:.1f} TFLOP/s (6·N·tokens), MFU {mfu}; peak memory "
+            f"{learn['peak_memory_gib']:.1f} GiB."
+        )
+    else:
+        lines.append(f"FAILED: {learn['error']}")
+    path = out / "gpu.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    print(f"wrote {path}")
+    if not (ok_tests and ok_train and ok_learn):
+        raise SystemExit(1)
+    return path
