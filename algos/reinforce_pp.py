@@ -98,9 +98,7 @@ def reinforce_pp(batch: StepBatch, graph: object, cfg: ReinforcePPConfig) -> Adv
 
 
 # Groups of one fall back to the raw return, so one rollout per task is a valid setting.
-@register_estimator(
-    "reinforce_pp_baseline", config=ReinforcePPBaselineConfig, group_based=False
-)
+@register_estimator("reinforce_pp_baseline", config=ReinforcePPBaselineConfig, group_based=False)
 def reinforce_pp_baseline(
     batch: StepBatch, graph: object, cfg: ReinforcePPBaselineConfig
 ) -> Advantages:

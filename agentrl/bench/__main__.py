@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "credit": "agentrl.bench.credit:run",
     "learner-speed": "agentrl.bench.learner_speed:run",
     "learning": "agentrl.bench.learning:run",
+    "learning-warm": "agentrl.bench.learning_warm:run",
     "ac2": "agentrl.bench.ac2:run",
     "vllm": "agentrl.bench.vllm:run",
     "gpu": "agentrl.bench.gpu:run",

@@ -102,6 +102,11 @@ def _loop_rate(run_dir: Path) -> tuple[float, float]:
     return rate, float(np.mean([r["perf/rollout_s"] for r in rows]))
 
 
+def _span(values: list[int]) -> str:
+    lo, hi = min(values), max(values)
+    return f"{lo}" if lo == hi else f"{lo}–{hi}"
+
+
 def run(out_dir: str = "results", quick: bool = False) -> Path:
     from agentrl.learn.model import ModelConfig, load_pretrained
     from agentrl.rollout import HFBackend, Sampling
@@ -133,6 +138,13 @@ def run(out_dir: str = "results", quick: bool = False) -> Path:
     greedy = Sampling(max_new_tokens=8, temperature=0.0)
     a, b = hf.generate(prompts, greedy), vl.generate(prompts, greedy)
     same = sum(x.token_ids == y.token_ids for x, y in zip(a, b))
+    pad_top = steps_total = 0  # greedy steps whose raw argmax is the (banned) pad token
+    for p, x in zip(prompts, a):
+        ids = torch.tensor([p + x.token_ids])
+        with torch.no_grad():
+            raw = model(ids).logits[0, len(p) - 1 : -1]
+        pad_top += int((raw.argmax(-1) == tok.pad_token_id).sum())
+        steps_total += len(x.token_ids)
     distinct = len({tuple(x.token_ids) for x in a})
     g_diff = np.concatenate(
         [np.abs(np.subtract(x.logprobs, y.logprobs)) for x, y in zip(a, b) if x.token_ids]
@@ -162,7 +174,7 @@ def run(out_dir: str = "results", quick: bool = False) -> Path:
         "",
         f"Policy: the default tiny model ({n_params:,} parameters, float32) after {steps} "
         "iterations of the default job with the HF backend. Prompts: first turns of 64 held-out "
-        f"Sokoban tasks built as the trainer builds them ({min(plen)}–{max(plen)} tokens). Both "
+        f"Sokoban tasks built as the trainer builds them ({_span(plen)} tokens). Both "
         "backends run in one process on the same weights; torch threads: "
         f"{torch.get_num_threads()}. vLLM engine start: {start_s:.1f} s (eager, CPU).",
         "",
@@ -179,9 +191,12 @@ def run(out_dir: str = "results", quick: bool = False) -> Path:
         lines.append(f"| {label} | {d.size} | {d.max():.2e} | {d.mean():.2e} |")
     lines += [
         "",
-        "The tests (`tests/test_vllm.py`) allow 1e-4 on CPU. With top-k/top-p vLLM's own "
-        "log-probs are renormalised over the kept tokens, so the backend re-scores them with the "
-        "policy (exact by construction).",
+        "The tests (`tests/test_vllm.py`) allow 1e-4 on CPU. The tiny tokenizer's pad token "
+        "differs from EOS, so pad is banned as in HF `generate` (for this policy pad has the "
+        f"largest raw logit at {pad_top} of the {steps_total} greedy steps) and vLLM returns "
+        "raw log-probs, exact at T = 0 and 1; at other temperatures "
+        "and under top-k/top-p (where vLLM renormalises) the backend re-scores the sampled "
+        "tokens with the policy, exact by construction.",
         "",
         "## Rollout tokens/s",
         "",

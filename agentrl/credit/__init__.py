@@ -16,6 +16,7 @@ from agentrl.credit.batch import (
     StepTexts,
     Trajectory,
     TrajectoryGroup,
+    cluster_key,
     flat_steps,
 )
 from agentrl.credit.estimators import (
@@ -23,6 +24,7 @@ from agentrl.credit.estimators import (
     EstimatorSpec,
     NoConfig,
     Scorer,
+    check_state,
     compute_advantages,
     discounted_returns,
     estimator_config,
@@ -48,6 +50,8 @@ __all__ = [
     "TrajectoryGraph",
     "TrajectoryGroup",
     "build_graph",
+    "check_state",
+    "cluster_key",
     "compute_advantages",
     "discounted_returns",
     "estimator_config",

@@ -11,6 +11,12 @@ Anchors and actions are interned to integers: ``step_anchor`` ids are unique per
 (group, anchor) pair, so anchors never match across different tasks; ``step_action`` ids are
 unique per executed action string (an invalid action is the single action ``"<invalid>"``).
 
+Optional per-step costs (``info["costs"]``, named non-negative floats such as ``invalid`` or
+``steps``; see :mod:`agentrl.env_api`) become the (N, K) array ``step_cost`` with column names
+``cost_names`` (the sorted union of the names the steps report; a name a step does not report
+costs 0 there). Each group also gets a *cluster* key (``group_cluster``) that estimators with
+history across iterations (BV-Blend, BASIS) pool statistics by: :func:`cluster_key`.
+
 An episode whose environment (or env worker process) failed is *lost*: it ends truncated
 through no fault of the policy (``Step.lost``, ``StepBatch.traj_lost``). Its short length and
 missing step penalties say nothing about the policy, so credit assignment leaves it out of
@@ -20,8 +26,9 @@ every group statistic and gives it advantage 0, and the learner drops its steps 
 
 from __future__ import annotations
 
+import hashlib
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -57,6 +64,9 @@ class Step:
     """The environment or its worker process failed at this step (``info["worker_error"]``):
     the episode was cut short (truncated, reward 0) through no fault of the policy, so it is
     left out of credit assignment and training."""
+    costs: Mapping[str, float] | None = None
+    """Named non-negative costs of this step (``info["costs"]`` after the rollout's checks), or
+    None when the environment reports none."""
 
 
 @dataclass
@@ -97,6 +107,20 @@ class TrajectoryGroup:
     error messages; empty when unknown."""
 
 
+def cluster_key(task: str, task_type: str | None) -> str:
+    """The cluster of a task for estimators that keep statistics across iterations.
+
+    ``"type:<task_type>"`` when the environment reports a task type (ALFWorld's six task types,
+    WebShop's product category), otherwise ``"task:<first 16 hex digits of the SHA-1 of the task
+    text>"``: tasks with the same instruction share a cluster (all Sokoban levels share one
+    instruction, so Sokoban is one cluster; each proof problem is its own). A hash of the text,
+    not Python's salted ``hash``, so keys are the same in every process and after a resume.
+    """
+    if task_type:
+        return f"type:{task_type}"
+    return "task:" + hashlib.sha1(task.encode("utf-8", "replace")).hexdigest()[:16]
+
+
 @dataclass(frozen=True)
 class StepTexts:
     """Texts of a batch for estimators that rescore responses (RELACE); N steps, M trajectories.
@@ -133,6 +157,10 @@ class StepBatch:
         n_groups: number of groups.
         traj_lost: (M,) bool — the episode was cut short by a failed environment or env worker
             (:attr:`Step.lost`); all False when not given. ``step_lost`` is its (N,) view.
+        step_cost: (N, K) float64 — non-negative cost ``cost_names[k]`` of each step; (N, 0)
+            when not given. ``traj_cost`` is its (M, K) per-episode sum.
+        group_cluster: (n_groups,) cluster key of each group (:func:`cluster_key`), or None
+            when unknown (estimators then treat all groups as one cluster).
     """
 
     step_reward: np.ndarray
@@ -156,6 +184,12 @@ class StepBatch:
     present for batches built from rollouts; used e.g. for similarity clustering."""
     traj_lost: np.ndarray | None = None
     """(M,) bool — lost episodes (see the class docstring); None is normalised to all False."""
+    step_cost: np.ndarray | None = None
+    """(N, K) float64 — per-step costs, columns named by ``cost_names``; None is (N, 0)."""
+    cost_names: tuple[str, ...] = ()
+    """Name of each column of ``step_cost``."""
+    group_cluster: tuple[str, ...] | None = None
+    """(n_groups,) — cluster key of each group (:func:`cluster_key`); None when unknown."""
 
     def __post_init__(self) -> None:
         n = self.step_reward.shape[0]
@@ -178,6 +212,20 @@ class StepBatch:
             object.__setattr__(self, "traj_lost", np.zeros(self.traj_group.shape, dtype=bool))
         elif self.traj_lost.shape != self.traj_group.shape:
             raise ValueError("traj_lost and traj_group must have the same shape (M,)")
+        if self.step_cost is None:
+            object.__setattr__(self, "step_cost", np.zeros((n, len(self.cost_names))))
+        if self.step_cost.shape != (n, len(self.cost_names)):
+            raise ValueError(
+                f"step_cost has shape {self.step_cost.shape}, expected ({n}, "
+                f"{len(self.cost_names)}) for cost_names {self.cost_names}"
+            )
+        if not np.all(np.isfinite(self.step_cost) & (self.step_cost >= 0)):
+            raise ValueError("step_cost must be finite and non-negative")
+        if self.group_cluster is not None and len(self.group_cluster) != self.n_groups:
+            raise ValueError(
+                f"group_cluster has {len(self.group_cluster)} keys, expected n_groups = "
+                f"{self.n_groups}"
+            )
         if not np.all(np.isfinite(self.step_reward)):
             bad = np.flatnonzero(~np.isfinite(self.step_reward))
             raise ValueError(
@@ -218,6 +266,30 @@ class StepBatch:
     def traj_return(self) -> np.ndarray:
         """(M,) float64 — undiscounted return of each trajectory."""
         return np.bincount(self.step_traj, weights=self.step_reward, minlength=self.n_trajs)
+
+    @property
+    def traj_cost(self) -> np.ndarray:
+        """(M, K) float64 — each trajectory's summed cost per name of ``cost_names``."""
+        assert self.step_cost is not None  # set by __post_init__
+        out = np.zeros((self.n_trajs, len(self.cost_names)))
+        for k in range(len(self.cost_names)):
+            out[:, k] = np.bincount(
+                self.step_traj, weights=self.step_cost[:, k], minlength=self.n_trajs
+            )
+        return out
+
+    def group_clusters(self) -> tuple[np.ndarray, tuple[str, ...]]:
+        """Clusters as integers: ((n_groups,) int64 cluster index of each group, the keys).
+
+        Keys are in order of first appearance; a batch without ``group_cluster`` is one cluster
+        with the key ``""``.
+        """
+        keys = self.group_cluster if self.group_cluster is not None else ("",) * self.n_groups
+        index: dict[str, int] = {}
+        ids = np.fromiter(
+            (index.setdefault(k, len(index)) for k in keys), dtype=np.int64, count=len(keys)
+        )
+        return ids, tuple(index)
 
     def select_trajs(self, keep: np.ndarray) -> StepBatch:
         """The batch of the trajectories with ``keep[i]`` true, in their order.
@@ -266,6 +338,11 @@ class StepBatch:
             texts=texts,
             anchor_keys=None if keys is None else tuple(keys[a] for a in anchor_ids),
             traj_lost=self.traj_lost[keep],
+            step_cost=self.step_cost[step_keep],
+            cost_names=self.cost_names,
+            group_cluster=None
+            if self.group_cluster is None
+            else tuple(self.group_cluster[g] for g in groups.tolist()),
         )
 
     def without_lost(self) -> StepBatch:
@@ -287,7 +364,8 @@ class StepBatch:
             for k in ("reward", "traj", "t", "anchor", "action", "valid", "term", "trunc", "nll")
         }
         traj_group, traj_won, traj_lost, final_obs = [], [], [], []
-        prompts, responses = [], []
+        prompts, responses, clusters = [], [], []
+        costs: list[Mapping[str, float] | None] = []
         m = 0
         for g, group in enumerate(groups):
             for i, traj in enumerate(group.trajectories):
@@ -311,11 +389,20 @@ class StepBatch:
                     cols["nll"].append(-float(np.mean(s.logprobs)) if s.logprobs else np.nan)
                     prompts.append(s.prompt_text)
                     responses.append(s.response_text)
+                    costs.append(s.costs)
                 traj_group.append(g)
                 final_obs.append(traj.final_obs)
                 traj_won.append(traj.won)
                 traj_lost.append(traj.lost)
                 m += 1
+            types = [t.task_type for t in group.trajectories if t.task_type]
+            clusters.append(cluster_key(group.task, types[0] if types else None))
+        names = tuple(sorted({k for c in costs if c for k in c}))
+        column = {k: j for j, k in enumerate(names)}
+        step_cost = np.zeros((len(costs), len(names)))
+        for n, c in enumerate(costs):
+            for k, v in (c or {}).items():
+                step_cost[n, column[k]] = v
         return StepBatch(
             step_reward=np.asarray(cols["reward"], dtype=np.float64),
             step_traj=np.asarray(cols["traj"], dtype=np.int64),
@@ -333,6 +420,9 @@ class StepBatch:
             texts=StepTexts(tuple(prompts), tuple(responses), tuple(final_obs)),
             anchor_keys=tuple(key for _, key in anchors),
             traj_lost=np.asarray(traj_lost, dtype=bool),
+            step_cost=step_cost,
+            cost_names=names,
+            group_cluster=tuple(clusters),
         )
 
 

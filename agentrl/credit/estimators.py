@@ -10,7 +10,18 @@ An estimator is a pure function ``fn(batch, graph, cfg) -> Advantages``: ``batch
 
 Estimators that rescore responses with the model (RELACE) register with ``needs_scorer=True``
 and receive a :class:`Scorer` as the one extra keyword argument ``scorer``; they never reach
-into the trainer. Registering a name twice raises; an unknown name lists the valid ones. The
+into the trainer.
+
+Estimators that keep state across iterations (BV-Blend's per-cluster reward moments,
+Constrained GRPO's Lagrange multipliers) register with ``stateful=True``. They receive their
+previous state as the keyword argument ``state`` (``None`` the first time) and return the new one
+in :attr:`Advantages.state`, purely: no hidden globals, and the input state is never mutated. The
+state must be plain data (``None``, bool, int, float, str, and lists, tuples and str-keyed dicts
+of those; :func:`check_state`), because the trainer keeps it between iterations and saves it in
+its checkpoints, which are loaded with ``torch.load(weights_only=True)``; numpy values must be
+converted (``float(x)``, ``x.tolist()``). Under torchrun every rank computes credit on the same
+gathered batch, so the state stays identical on every rank. Estimators log their state's key
+scalars (e.g. ``credit/lambda_<k>``) in their metrics. Registering a name twice raises; an unknown name lists the valid ones. The
 trainer only ever calls :func:`compute_advantages`, never an estimator by name.
 """
 
@@ -35,10 +46,13 @@ class Advantages:
         step: (N,) float64 — one advantage per environment step, broadcast over the tokens of
             that step's response by the learner.
         metrics: scalar diagnostics, logged under ``credit/``.
+        state: the new state of a stateful estimator (plain data, see :func:`check_state`);
+            None for stateless ones.
     """
 
     step: np.ndarray
     metrics: dict[str, float] = field(default_factory=dict)
+    state: Any = None
 
 
 Estimator = Callable[..., Advantages]
@@ -73,6 +87,9 @@ class EstimatorSpec:
     """Whether the estimator compares the ``rollout.group_size`` rollouts of a task (GRPO's
     group baseline, GiGPO's step groups, ...): with one rollout per task its advantages are
     all 0, and the trainer warns."""
+    stateful: bool = False
+    """Whether the estimator keeps state across iterations: it is called with ``state=`` (None
+    the first time) and returns the new state in :attr:`Advantages.state`."""
 
 
 _ESTIMATORS: dict[str, EstimatorSpec] = {}
@@ -91,6 +108,7 @@ def register_estimator(
     learner_hints: Mapping[str, Any] | None = None,
     driver: str | None = None,
     group_based: bool = True,
+    stateful: bool = False,
 ) -> Callable[[Estimator], Estimator]:
     """Decorator registering an estimator under ``name`` with its config dataclass."""
 
@@ -99,7 +117,7 @@ def register_estimator(
             raise ValueError(f"estimator {name!r} is already registered")
         hints = tuple(sorted((learner_hints or {}).items()))
         _ESTIMATORS[name] = EstimatorSpec(
-            name, fn, config, needs_graph, needs_scorer, hints, driver, group_based
+            name, fn, config, needs_graph, needs_scorer, hints, driver, group_based, stateful
         )
         return fn
 
@@ -140,8 +158,14 @@ def compute_advantages(
     cfg: Any = None,
     graph: Any = None,
     scorer: Scorer | None = None,
+    state: Any = None,
 ) -> Advantages:
     """Run estimator ``name`` on ``batch`` and add the shared diagnostics.
+
+    ``state`` is a stateful estimator's previous state (None the first time; it must be None
+    for a stateless one); the result carries the new state in :attr:`Advantages.state`, checked
+    to be plain data (:func:`check_state`). When every episode was lost the state is returned
+    unchanged.
 
     Lost episodes (``batch.traj_lost``: cut short by a failed environment or env worker) are
     removed first, once for every estimator: the estimator runs on
@@ -168,7 +192,11 @@ def compute_advantages(
             f"{batch.n_lost} lost episodes has {kept.n_steps}: build it with "
             "build_graph(batch.without_lost())"
         )
-    extra = {}
+    extra: dict[str, Any] = {}
+    if spec.stateful:
+        extra["state"] = state
+    elif state is not None:
+        raise ValueError(f"estimator {name!r} keeps no state, but a state was passed")
     if spec.needs_scorer:
         if scorer is None:
             raise ValueError(f"estimator {name!r} needs a scorer (the policy model)")
@@ -176,13 +204,15 @@ def compute_advantages(
     t0 = time.perf_counter()
     if kept.n_trajs or kept is batch:
         out = spec.fn(kept, graph if spec.needs_graph else None, cfg, **extra)
-    else:  # every episode was lost: nothing to assign credit to
-        out = Advantages(step=np.zeros(0), metrics={})
+    else:  # every episode was lost: nothing to assign credit to (the state stays as it was)
+        out = Advantages(step=np.zeros(0), metrics={}, state=state)
     elapsed = time.perf_counter() - t0
     if out.step.shape != (kept.n_steps,):
         raise ValueError(f"{name} returned shape {out.step.shape}, expected ({kept.n_steps},)")
     if not np.all(np.isfinite(out.step)):
         raise FloatingPointError(f"{name} returned non-finite advantages")
+    if spec.stateful:
+        check_state(out.state, f"the state returned by {name}")
     step = out.step
     if kept is not batch:  # scatter back: lost steps get exactly 0
         step = np.zeros(batch.n_steps, dtype=np.float64)
@@ -191,7 +221,33 @@ def compute_advantages(
     metrics.update(step_metrics(kept, out.step))
     metrics["credit/solve_time_s"] = elapsed
     metrics["credit/lost_episodes"] = float(batch.n_lost)
-    return Advantages(step=step, metrics=metrics)
+    return Advantages(step=step, metrics=metrics, state=out.state if spec.stateful else None)
+
+
+def check_state(obj: Any, path: str = "state") -> None:
+    """Raise ``TypeError`` unless ``obj`` is plain data that a checkpoint can hold.
+
+    Plain data: None, bool, int, float, str, and lists, tuples and dicts with str keys of plain
+    data — what ``torch.load(weights_only=True)`` reads back exactly. numpy scalars and arrays
+    are refused (convert them with ``float(x)`` / ``x.tolist()``).
+    """
+    if obj is None or type(obj) in (bool, int, float, str):
+        return
+    if type(obj) in (list, tuple):
+        for i, v in enumerate(obj):
+            check_state(v, f"{path}[{i}]")
+        return
+    if type(obj) is dict:
+        for k, v in obj.items():
+            if type(k) is not str:
+                raise TypeError(f"{path} has the key {k!r} of type {type(k).__name__}; use str")
+            check_state(v, f"{path}[{k!r}]")
+        return
+    raise TypeError(
+        f"{path} is a {type(obj).__module__}.{type(obj).__name__}; an estimator's state must be "
+        "plain data (None, bool, int, float, str, list, tuple, dict with str keys): convert "
+        "numpy values with float(x) or x.tolist()"
+    )
 
 
 def step_metrics(batch: StepBatch, step_adv: np.ndarray) -> dict[str, float]:

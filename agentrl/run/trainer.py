@@ -10,7 +10,7 @@ seeds (seeds ≥ 2³¹, never drawn for training) at the evaluation temperature.
 Metrics go to TensorBoard (namespaces ``env/``, ``eval/``, ``credit/``, ``loss/``, ``perf/``),
 to ``metrics.jsonl`` and to the console. Checkpoints (``<out_dir>/checkpoints/iter-NNNNNN``)
 hold the model in Hugging Face format plus ``trainer_state.pt`` (optimizer, LR schedule, RNG
-states, iteration), so ``trainer.resume=true`` continues a killed run exactly where its last
+states, iteration, a stateful estimator's state), so ``trainer.resume=true`` continues a killed run exactly where its last
 checkpoint left it.
 """
 
@@ -437,9 +437,10 @@ def gather_groups(groups: list[TrajectoryGroup], dist: Dist) -> tuple[list[Traje
 class Trainer:
     """One run: set-up, then ``run()`` = iterations of rollout → credit → update → log → save.
 
-    Attributes that matter between iterations: ``rng`` draws the task seeds (identical on every
-    rank), ``local_rng`` shuffles mini-batches and drives a rollout driver (per rank; the same
-    object as ``rng`` in a one-process run, so that run is unchanged), ``policy`` is the plain
+    Attributes that matter between iterations: ``task_rng`` draws the task seeds (identical on
+    every rank and for every method with the same ``trainer.seed``), ``rng`` built the tiny
+    model's tokenizer corpus, ``local_rng`` shuffles mini-batches and drives a rollout driver
+    (per rank; the same object as ``rng`` in a one-process run), ``policy`` is the plain
     transformers model that generates, scores and is saved (a full copy of the FSDP-sharded
     weights under ``learner.strategy=fsdp``), ``learner.model`` the module that trains.
     """
@@ -480,6 +481,10 @@ class Trainer:
         model, self.tokenizer = _build_model(cfg, self.rng, self.resume_from)
         model.to(device)
         self.n_params = sum(p.numel() for p in model.parameters())
+        # Task seeds come from a stream of their own: every estimator, loss and rank draws the
+        # same tasks for the same trainer.seed, whatever else consumes random numbers (paired
+        # comparisons in the benchmarks; identical shards on every rank).
+        self.task_rng = np.random.default_rng([tc.seed, 0x7A5C5])
         self.local_rng = self.rng
         if dist.enabled:  # sampling and shuffling differ per rank, deterministically
             torch.manual_seed(tc.seed + 1_000_003 * (dist.rank + 1))
@@ -534,6 +539,9 @@ class Trainer:
             )
         self.start = 0
         self.decode_total = 0.0
+        # A stateful estimator's state (plain data), carried from iteration to iteration and
+        # saved with checkpoints; identical on every rank (credit runs on the gathered batch).
+        self.credit_state = None
         if self.resume_from is not None:
             self._restore(self.resume_from)
         log.info(
@@ -556,6 +564,7 @@ class Trainer:
             "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
             "numpy_rng": self.rng.bit_generator.state,
+            "task_rng": self.task_rng.bit_generator.state,
             "decode_tokens_total": self.decode_total,
         }
         if self.dist.enabled:
@@ -563,6 +572,8 @@ class Trainer:
             del state["learner"]["optimizer"]  # sharded with torch.distributed.checkpoint
         if self.driver is not None:
             state["driver"] = self.driver.state_dict()
+        if self.credit_state is not None:
+            state["credit_state"] = self.credit_state
         return state
 
     def _restore(self, path: Path) -> None:
@@ -591,10 +602,12 @@ class Trainer:
         if state["cuda_rng"] is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda_rng"])
         self.rng.bit_generator.state = state["numpy_rng"]
+        self.task_rng.bit_generator.state = state["task_rng"]
         self.start = int(state["iteration"])
         self.decode_total = float(state.get("decode_tokens_total", 0.0))
         if self.driver is not None and "driver" in state:
             self.driver.load_state_dict(state["driver"])
+        self.credit_state = state.get("credit_state")
         log.info("resumed from %s (iteration %d)", path, self.start)
 
     def save(self, iteration: int) -> Path:
@@ -696,7 +709,7 @@ class Trainer:
         rc, dist = self.cfg.rollout, self.dist
         t0 = time.perf_counter()
         # Drawn globally (identical on every rank), then each rank plays its own shard.
-        seeds = self.rng.integers(0, EVAL_SEED_BASE - 1, size=rc.n_tasks)
+        seeds = self.task_rng.integers(0, EVAL_SEED_BASE - 1, size=rc.n_tasks)
         if self.driver is not None:
             groups, driver_metrics = self.driver.collect(self.local_rng)
         else:
@@ -714,8 +727,14 @@ class Trainer:
         # estimator sees the batch without lost episodes (crashed env workers), so the graph too.
         graph = build_graph(batch.without_lost()) if self.estimator.needs_graph else None
         adv = compute_advantages(
-            self.cfg.algo_name, batch, self.cfg.algo, graph=graph, scorer=self.scorer
+            self.cfg.algo_name,
+            batch,
+            self.cfg.algo,
+            graph=graph,
+            scorer=self.scorer,
+            state=self.credit_state,
         )
+        self.credit_state = adv.state
         t2 = time.perf_counter()
         steps = flat_steps(groups)
         # Lost episodes give no gradient at all (policy, KL and entropy terms alike).

@@ -1,0 +1,115 @@
+"""Statistics that can decide between methods: paired intervals over seeds and verdicts.
+
+A learning benchmark runs every method with the same seeds (and so the same task streams and
+initial weights), so method A and method B are compared seed by seed: the per-seed differences
+d_s = x_A(s) − x_B(s) remove the seed-to-seed variation that both share. For each pair the mean
+difference gets a 95% interval, by a paired t-interval and by a bootstrap over seeds (the
+percentile interval of the mean of resampled d); the verdict is **better** when the whole
+interval lies above 0, **worse** when it lies below, and **not resolved** otherwise (the
+bootstrap interval decides; the t-interval is reported beside it). With few seeds neither
+interval is exact: the report says how many seeds stand behind each verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def auc(steps: Sequence[float], values: Sequence[float]) -> float:
+    """Area under ``values`` over ``steps`` (trapezoids) divided by the step range: the mean
+    value over the run, in the units of ``values`` (a success rate stays in [0, 1]).
+
+    Args:
+        steps: (T,) increasing x positions (environment steps).
+        values: (T,) the curve (e.g. evaluation success).
+    """
+    x, y = np.asarray(steps, dtype=float), np.asarray(values, dtype=float)
+    if x.shape != y.shape or x.ndim != 1 or len(x) < 2:
+        raise ValueError("auc needs two equal-length 1-D sequences of at least 2 points")
+    if np.any(np.diff(x) <= 0):
+        raise ValueError("steps must increase")
+    return float(np.sum((y[1:] + y[:-1]) * np.diff(x)) / 2.0 / (x[-1] - x[0]))
+
+
+def t_interval(x: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
+    """Mean and two-sided t-interval of ``x`` (a single value gives a zero-width interval)."""
+    from scipy import stats
+
+    x = np.asarray(x, dtype=float)
+    m = float(x.mean())
+    if len(x) < 2:
+        return m, m, m
+    half = float(stats.t.ppf(0.5 + level / 2, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x)))
+    return m, m - half, m + half
+
+
+def bootstrap_interval(
+    x: Sequence[float], level: float = 0.95, n_boot: int = 20_000, seed: int = 0
+) -> tuple[float, float, float]:
+    """Mean and percentile bootstrap interval of the mean of ``x`` (resampling its entries)."""
+    x = np.asarray(x, dtype=float)
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, len(x), size=(n_boot, len(x)))].mean(axis=1)
+    lo, hi = np.quantile(means, [0.5 - level / 2, 0.5 + level / 2])
+    return float(x.mean()), float(lo), float(hi)
+
+
+@dataclass(frozen=True)
+class PairVerdict:
+    """A − B over paired seeds."""
+
+    a: str
+    b: str
+    n: int
+    mean_diff: float
+    boot: tuple[float, float]
+    t: tuple[float, float]
+    verdict: str
+    """``better`` (A > B), ``worse`` (A < B) or ``not resolved``."""
+
+
+def verdict(lo: float, hi: float) -> str:
+    """``better`` if the interval is above 0, ``worse`` if below, else ``not resolved``."""
+    if lo > 0:
+        return "better"
+    if hi < 0:
+        return "worse"
+    return "not resolved"
+
+
+def compare_pair(a: str, b: str, xa: Sequence[float], xb: Sequence[float]) -> PairVerdict:
+    """Paired comparison of two methods' per-seed figures (same seed order)."""
+    xa, xb = np.asarray(xa, dtype=float), np.asarray(xb, dtype=float)
+    if xa.shape != xb.shape:
+        raise ValueError(f"{a} and {b} need the same seeds ({len(xa)} vs {len(xb)} values)")
+    d = xa - xb
+    m, blo, bhi = bootstrap_interval(d)
+    _, tlo, thi = t_interval(d)
+    return PairVerdict(a, b, len(d), m, (blo, bhi), (tlo, thi), verdict(blo, bhi))
+
+
+def all_pairs(values: Mapping[str, Sequence[float]]) -> list[PairVerdict]:
+    """Every unordered pair of methods (in the mapping's order), A before B."""
+    names = list(values)
+    return [
+        compare_pair(a, b, values[a], values[b])
+        for i, a in enumerate(names)
+        for b in names[i + 1 :]
+    ]
+
+
+def pairs_table(pairs: Sequence[PairVerdict], what: str) -> list[str]:
+    """Markdown rows: A − B, mean difference, bootstrap and t intervals, verdict."""
+    lines = [
+        f"| A | B | seeds | mean {what} A − B | 95% bootstrap | 95% paired t | verdict (A vs B) |",
+        "|---|---|---:|---:|---|---|---|",
+    ]
+    for p in pairs:
+        lines.append(
+            f"| {p.a} | {p.b} | {p.n} | {p.mean_diff:+.3f} | [{p.boot[0]:+.3f}, {p.boot[1]:+.3f}] "
+            f"| [{p.t[0]:+.3f}, {p.t[1]:+.3f}] | {p.verdict} |"
+        )
+    return lines
