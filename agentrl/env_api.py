@@ -14,11 +14,25 @@ After a step it also carries ``action_valid`` (whether the text parsed to an act
 ``executed_action`` (the canonical action string that was executed, ``None`` if invalid), so
 that different responses executing the same action share statistics downstream.
 
+Optionally, after a step, ``info["costs"]`` is a dict of named non-negative finite floats, the
+costs of that step for constrained methods (``algo=constrained_grpo``: each name's episode sum
+is held below a threshold). An environment reports the same names at every step (0.0 where a
+cost does not apply). :class:`TextEnv` reports ``invalid`` (1.0 for an invalid action, else
+0.0) and ``steps`` (1.0 per step) for every environment built on it; an environment adds its own
+through ``_step_costs`` and lists them in ``cost_names`` (WebShop: ``over_budget``, 1.0 at a
+purchase above the goal's price limit). The rollout drops malformed entries with a warning
+instead of failing (:func:`agentrl.rollout.loop.step_costs`).
+
 :class:`TextEnv` implements the bookkeeping (step limit, truncation vs termination, the info
 keys, never raising on bad actions); subclasses implement ``_reset``/``_step`` and draw all
 randomness from ``self.np_random``. ``step`` before the first successful ``reset`` is a caller
 bug and raises :class:`ResetNeeded`, also on the unwrapped env (gymnasium's ``OrderEnforcing``
 wrapper only guards wrapped ones).
+
+Optionally an environment offers demonstrations: ``demonstration() -> list[str] | None`` (on
+the unwrapped env) returns actions that finish the task well from the *current* state (a solver
+plan, a walkthrough, a reference answer), or None when it knows none from here. The supervised
+warm start (``python -m agentrl.sft``) clones them; nothing else relies on it.
 """
 
 from __future__ import annotations
@@ -31,6 +45,8 @@ import gymnasium as gym
 import numpy as np
 
 INFO_KEYS: tuple[str, ...] = ("anchor", "won", "admissible_actions", "task")
+COSTS_KEY = "costs"
+"""The optional ``info`` key of a step's named costs (see the module docstring)."""
 STEP_INFO_KEYS: tuple[str, ...] = (*INFO_KEYS, "action_valid", "executed_action")
 
 
@@ -104,6 +120,8 @@ class TextEnv(gym.Env[str, str]):
     proof env's remote judge (``env.judge_concurrency``). Each env is stepped by one thread at a
     time, so an env needs no locking of its own, but what its instances share must be
     thread-safe."""
+    cost_names: tuple[str, ...] = ("invalid", "steps")
+    """The names of the costs every step reports in ``info["costs"]`` (``_step_costs``)."""
 
     def __init__(self) -> None:
         self.observation_space = TextSpace()
@@ -134,6 +152,21 @@ class TextEnv(gym.Env[str, str]):
 
     def _extra_info(self) -> dict[str, Any]:
         return {}
+
+    def _step_costs(self, tr: Transition) -> dict[str, float]:
+        """The costs of the step ``tr`` (keys: ``cost_names``); subclasses that add costs
+        extend this dict."""
+        return {"invalid": 0.0 if tr.action_valid else 1.0, "steps": 1.0}
+
+    def demonstration(self) -> list[str] | None:
+        """Actions that solve the task from the current state, e.g. a solver plan (optional).
+
+        Called after ``reset`` and between steps; ``[]`` once the episode is over or the task
+        is solved, None when the environment knows no solution from here (e.g. after a move
+        that left its walkthrough). The default knows none. Must not change the episode: no
+        stepping, no draws from ``self.np_random``.
+        """
+        return None
 
     # -- gymnasium API -------------------------------------------------------------------
     def _info(self) -> dict[str, Any]:
@@ -185,6 +218,7 @@ class TextEnv(gym.Env[str, str]):
         info.update(action_valid=bool(tr.action_valid), executed_action=tr.executed_action)
         if tr.extra:
             info.update(tr.extra)
+        info[COSTS_KEY] = self._step_costs(tr)
         return tr.obs, float(tr.reward), terminated, truncated, info
 
     def render(self) -> str:

@@ -22,6 +22,14 @@ CASES = {
     "fsdp-seq-norm": dict(BASE, strategy="fsdp", loss_agg="seq-mean-token-sum-norm"),
     "ddp-lora": dict(BASE, strategy="ddp", loss_agg="token-mean", kl_coef=0.0),
     "fsdp-lora": dict(BASE, strategy="fsdp", loss_agg="token-mean", kl_coef=0.0),
+    # A no-grad pass over the policy before the update (FSDP leaves its root gathered).
+    "fsdp-recompute": dict(BASE, strategy="fsdp", old_logprobs="recompute"),
+    # Registered losses: BPO (seq-mean-token-mean), and VIMPO, whose reference forwards per
+    # micro-batch and batch-wide whitening of the actor advantage must stay in step.
+    "ddp-bpo": dict(BASE, strategy="ddp", loss="bpo", token_weights=("taco", "ntf")),
+    "fsdp-vimpo": dict(
+        BASE, strategy="fsdp", loss="vimpo", loss_args={"beta": 0.1, "c_a": 0.5}, kl_coef=0.0
+    ),
 }
 
 

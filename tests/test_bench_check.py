@@ -16,7 +16,6 @@ import pytest
 from agentrl.bench import credit, learner_speed
 from agentrl.bench.__main__ import CHECKS, main
 from agentrl.bench._check import Figure, evaluate, parse_number, read_tables, tables_in
-from agentrl.credit import list_estimators
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 
@@ -131,12 +130,12 @@ def test_committed_credit_report_has_every_estimator():
     text = (RESULTS / "credit.md").read_text()
     for _, section in credit.CHECK_METRICS:
         table = credit.committed_quality(text, section)
-        for name in list_estimators():
+        for name in credit.benchmarked()[0]:
             for g in credit.GROUP_SIZES:
                 assert table.get((name, g)) is not None, (section, name, g)
     size, times = credit.committed_times(text)
     assert abs(size - credit.SIZES[-1]) < 0.05 * credit.SIZES[-1]
-    for name in [credit.GRAPH_ROW, *list_estimators()]:
+    for name in [credit.GRAPH_ROW, *credit.benchmarked()[0]]:
         assert times.get(name), name
 
 
@@ -183,7 +182,7 @@ def _fake_credit(
     """A committed report where every estimator has r = ρ = 0.5 and takes 100 ms (GRPO 10 ms),
     and measurements equal to it except ``slow`` (2× the time in the first ``slow_runs``
     timings) and ``worse`` (r = 0.3)."""
-    names = list_estimators()
+    names = credit.benchmarked()[0]
     rows = "\n".join(f"| {n} | 0.50 ± 0.1 | 0.50 ± 0.1 | 0.50 ± 0.1 |" for n in names)
     times = "\n".join(
         f"| {n} | 1.0 ms | {'10.0 ms' if n == 'grpo' else '100.0 ms'} | yes |" for n in names
@@ -223,7 +222,7 @@ def test_credit_check_passes_on_equal_figures(monkeypatch, tmp_path, capsys):
     assert seen["quality"] == (2, 3)  # the committed report's size, parsed from its text
     assert seen["speed"][0] == (credit.SIZES[-1],)  # only the largest size is timed
     assert seen["timings"] == 1
-    n = len(list_estimators())
+    n = len(credit.benchmarked()[0])
     assert (
         out.count("\nok   ") + out.startswith("ok   ") == 2 * 3 * n + n
     )  # 2 metrics × 3 G + times

@@ -60,6 +60,10 @@ def test_two_ranks_update_as_one(two_rank_updates, case):
     assert moved > 0  # the update did something
     for key in ("loss/pg", "loss/total", "loss/kl", "loss/entropy", "loss/grad_norm"):
         assert two["metrics"][key] == pytest.approx(one[key], rel=1e-5, abs=1e-7), key
+    # The gradient cosine of the two halves is global: every rank reports the same figure
+    # (its halves are the two ranks' first and second halves of micro-batches together).
+    cosines = [m["diag/grad_cos"] for m in two["ranks"]]
+    assert -1.0 <= cosines[0] <= 1.0 and cosines == pytest.approx([cosines[0]] * 2, rel=1e-6)
 
 
 def test_credit_on_two_ranks_equals_credit_of_the_whole_batch(tmp_path):
@@ -79,15 +83,25 @@ def test_credit_on_two_ranks_equals_credit_of_the_whole_batch(tmp_path):
     two = torch.load(tmp_path / "credit.pt", weights_only=True)
     groups, mdp = synthetic_groups()
     batch = StepBatch.from_groups(groups)
-    expected = [n for n in list_estimators() if not get_estimator(n).driver]
+    expected = [
+        n for n in list_estimators() if not (get_estimator(n).driver or get_estimator(n).critic)
+    ]
     assert sorted(two) == sorted(expected) and "relace" in two and "crbc" in two
+    states = torch.load(tmp_path / "credit_states.pt", weights_only=True)
+    assert sorted(states) == sorted(n for n in expected if get_estimator(n).stateful)
     for name in expected:
         spec = get_estimator(name)
         graph = build_graph(batch) if spec.needs_graph else None
         scorer = SyntheticScorer(mdp, noise=0.1) if spec.needs_scorer else None
-        one = compute_advantages(name, batch, estimator_config(name), graph=graph, scorer=scorer)
+        cfg = estimator_config(name)
+        state = None
+        if spec.stateful:  # the worker's second iteration, from its first one's state
+            state = compute_advantages(name, batch, cfg, graph=graph, scorer=scorer).state
+        one = compute_advantages(name, batch, cfg, graph=graph, scorer=scorer, state=state)
         assert np.any(one.step != 0), name
         np.testing.assert_array_equal(two[name].numpy(), one.step, err_msg=name)
+        if spec.stateful:  # the same state on every rank, that of one process
+            assert states[name] == [one.state, one.state], name
 
 
 RUN_ARGS = [

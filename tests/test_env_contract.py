@@ -3,8 +3,9 @@
 Each registered env must: return the right types and ``info`` keys; give identical twin
 rollouts for the same seed; accept any malformed action text without raising and report it as
 invalid (case/whitespace variants of a real action may instead be accepted, but then as that
-canonical action); truncate at its step limit; terminate only on a true end (``won``); and
-refuse ``step`` before ``reset`` with a clear error, wrapped or not.
+canonical action); truncate at its step limit; terminate only on a true end (``won``);
+refuse ``step`` before ``reset`` with a clear error, wrapped or not; and, when it reports step
+costs (``info["costs"]``, optional), report named finite non-negative floats.
 """
 
 from __future__ import annotations
@@ -187,3 +188,35 @@ def test_truncated_at_step_limit_and_terminated_only_on_true_end(name):
             if trunc:
                 break
         assert term or trunc
+
+
+def _check_costs(env, info: dict) -> None:
+    """``info["costs"]`` is optional; when present, named finite non-negative floats, the same
+    names at every step (a TextEnv's ``cost_names``)."""
+    if "costs" not in info:
+        return
+    costs = info["costs"]
+    assert isinstance(costs, dict)
+    for name, value in costs.items():
+        assert isinstance(name, str) and isinstance(value, float), (name, value)
+        assert np.isfinite(value) and value >= 0, (name, value)
+    if isinstance(env.unwrapped, TextEnv):
+        assert tuple(costs) == env.unwrapped.cost_names
+
+
+@pytest.mark.parametrize("name", ENV_NAMES)
+def test_step_costs_are_named_non_negative_floats(name):
+    env = make_env(name)
+    rng = np.random.default_rng(0)
+    _, info = env.reset(seed=4)
+    _, _, _, _, info = env.step("")  # invalid
+    _check_costs(env, info)
+    if "costs" in info and "invalid" in info["costs"]:
+        assert info["costs"]["invalid"] == 1.0
+    for _ in range(6):
+        _, _, term, trunc, info = env.step(_policy_action(info, rng))
+        _check_costs(env, info)
+        if "costs" in info and "invalid" in info["costs"]:
+            assert info["costs"]["invalid"] == (0.0 if info["action_valid"] else 1.0)
+        if term or trunc:
+            break

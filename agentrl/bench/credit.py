@@ -14,7 +14,11 @@ hindsight model that parses the texts); their times include that scoring and are
 since real scoring is two forward passes of the policy. Estimators with a rollout driver of
 their own consume a batch of another shape; the benchmark builds it from the same episodes
 (:data:`DRIVER_BATCHES`): AC2 sees every step as one continuation of its state, valued by the
-return that followed it (:func:`continuation_batch`).
+return that followed it (:func:`continuation_batch`). Estimators that keep state across
+iterations (``stateful``: BV-Blend, BASIS, Constrained GRPO) are warmed up first: in the
+accuracy runs they see :data:`WARMUP_BATCHES` earlier batches of the same MDP and G, carrying
+their state, before the measured batch; in the timings they get the state of one call on the
+timed batch, made before the rounds (every round starts from that same state).
 
 Writes ``<out_dir>/credit.md`` and ``<out_dir>/credit.png``. Reproduce with
 ``python -m agentrl.bench credit`` (``--quick`` for a smoke run). ``--check`` (:func:`check`)
@@ -56,6 +60,8 @@ GROUP_SIZES: tuple[int, ...] = (4, 8, 16)
 SIZES: tuple[int, ...] = (6_400, 100_000, 1_000_000)
 METRICS: tuple[str, ...] = ("pearson", "spearman", "mse", "mse_scaled", "rel_mse_scaled")
 TIME_GROUP_SIZE = 8  # rollouts per group in the timing batches
+WARMUP_BATCHES = 3
+"""Earlier batches a stateful estimator sees (carrying its state) before a measured batch."""
 SLOW_S = 20.0  # an estimator slower than this at one size is not timed at larger sizes
 GRAPH_ROW = "graph build"  # the shared graph's row of the timing tables
 CLOCK = time.process_time
@@ -189,7 +195,22 @@ def continuation_batch(batch: StepBatch) -> StepBatch:
     )
 
 
-DRIVER_BATCHES: dict[str, Callable[[StepBatch], StepBatch]] = {"ac2": continuation_batch}
+# PS-PPO compares an attempt's outcome with the other continuations of the same prefix (its
+# anchor): on episodes that is the return-to-go of each step against the other visits of its
+# state, i.e. the same per-step view as AC2's fully continued case.
+def benchmarked() -> tuple[list[str], list[str]]:
+    """(the estimators the benchmark measures, those it leaves out): every registered estimator
+    except those that need a learned critic (``critic=``, e.g. GAE), whose advantages depend on
+    a trained value model rather than on the batch alone."""
+    names = list_estimators()
+    left_out = [n for n in names if getattr(get_estimator(n), "critic", None)]
+    return [n for n in names if n not in left_out], left_out
+
+
+DRIVER_BATCHES: dict[str, Callable[[StepBatch], StepBatch]] = {
+    "ac2": continuation_batch,
+    "psppo": continuation_batch,
+}
 """How the benchmark turns a batch of episodes into the batch that an estimator with its own
 rollout driver consumes; such an estimator without an entry here is reported as an error."""
 
@@ -204,7 +225,14 @@ def driver_batches(names: Sequence[str], batch: StepBatch) -> dict[str, StepBatc
     return out
 
 
-def _run_one(name: str, batch, graph, scorer, views: dict[str, StepBatch]) -> np.ndarray:
+def _run_one(
+    name: str, batch, graph, scorer, views: dict[str, StepBatch], state: Any = None
+) -> np.ndarray:
+    return _advantages(name, batch, graph, scorer, views, state).step
+
+
+def _advantages(name: str, batch, graph, scorer, views: dict[str, StepBatch], state: Any = None):
+    """:func:`compute_advantages` with the benchmark's inputs for ``name`` (default config)."""
     spec = get_estimator(name)
     if spec.driver is not None:
         if name not in views:
@@ -219,7 +247,17 @@ def _run_one(name: str, batch, graph, scorer, views: dict[str, StepBatch]) -> np
         estimator_config(name),
         graph=graph if spec.needs_graph else None,
         scorer=scorer if spec.needs_scorer else None,
-    ).step
+        state=state if spec.stateful else None,
+    )
+
+
+def warm_state(name: str, batches: Sequence[StepBatch], scorer: Any) -> Any:
+    """The state of stateful estimator ``name`` after it has seen ``batches`` in turn."""
+    state = None
+    for b in batches:
+        graph = build_graph(b) if get_estimator(name).needs_graph else None
+        state = _advantages(name, b, graph, scorer, driver_batches([name], b), state).state
+    return state
 
 
 def _error(exc: BaseException) -> str:
@@ -253,11 +291,19 @@ def measure_quality(
             )
             graph = build_graph(batch)
             views = driver_batches(names, batch)
+            stateful = [n for n in names if get_estimator(n).stateful]
+            warmup = [
+                sample_groups(
+                    mdp, np.random.default_rng([seed, g, 1 + k]), n_groups, g, BETA, True
+                )[0]
+                for k in range(WARMUP_BATCHES if stateful else 0)
+            ]
             for name in names:
                 if name in q.errors:
                     continue
                 try:
-                    pred = _run_one(name, batch, graph, scorer, views)
+                    state = warm_state(name, warmup, scorer) if name in stateful else None
+                    pred = _run_one(name, batch, graph, scorer, views, state)
                 except Exception as exc:  # one broken estimator must not stop the others
                     q.errors[name] = _error(exc)
                     log(f"[credit] {name} failed: {traceback.format_exc()}")
@@ -304,6 +350,14 @@ def measure_speed(
         out.groups.append(n_groups)
         graph = build_graph(batch)
         views = driver_batches(names, batch)
+        states: dict[str, Any] = {}
+        for name in names:  # a warm state, outside the timings (see the module)
+            if get_estimator(name).stateful and name not in too_slow and name not in out.errors:
+                try:
+                    states[name] = warm_state(name, [batch], scorer)
+                except Exception as exc:
+                    out.errors[name] = _error(exc)
+                    log(f"[credit] {name} failed: {traceback.format_exc()}")
         calls: dict[str, list[float]] = {GRAPH_ROW: [], **{n: [] for n in names}}
         scoring: dict[str, float] = dict.fromkeys(names, 0.0)
         timed = [n for n in names if n not in too_slow and n not in out.errors]
@@ -317,7 +371,7 @@ def measure_speed(
                 scorer.seconds = 0.0
                 t0 = CLOCK()
                 try:
-                    _run_one(name, batch, graph, scorer, views)
+                    _run_one(name, batch, graph, scorer, views, states.get(name))
                 except Exception as exc:
                     out.errors[name] = _error(exc)
                     log(f"[credit] {name} failed: {traceback.format_exc()}")
@@ -507,7 +561,7 @@ def run(
     repeats: Sequence[int] = (7, 5, 5)
     if quick:
         n_mdps, n_groups, sizes, repeats = 2, 4, (1_000, 3_000), (1, 1)
-    names = list_estimators()
+    names, left_out = benchmarked()
     log(f"[credit] estimators: {', '.join(names)}")
     # Timings on a shared machine are noisy; the load at the start says how busy it was.
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
@@ -549,7 +603,13 @@ def run(
         + (" (this was a `--quick` smoke run)." if quick else ".")
         + f" Run time: {t_total:.0f} s ({t_quality:.0f} s quality, rest speed).",
         "",
-        f"Estimators (every registered one, default config): {', '.join(names)}.",
+        f"Estimators (every registered one, default config): {', '.join(names)}."
+        + (
+            f" Left out: {', '.join(left_out)} (they need a learned critic, a model trained "
+            "during the run, so their advantages are no function of the batch alone)."
+            if left_out
+            else ""
+        ),
         "",
         "## Setup",
         "",
@@ -579,6 +639,18 @@ def run(
             "(log μ(a|s, outcome), no noise), so their rows are a best case for rescoring with "
             "a real policy."
         )
+    stateful = [n for n in names if get_estimator(n).stateful]
+    if stateful:
+        lines.append(
+            f"- Estimators that keep state across iterations ({', '.join(stateful)}) are "
+            f"warmed up: before each measured batch they see {WARMUP_BATCHES} earlier batches "
+            "of the same MDP and G (other seeds), carrying their state; the timings start every "
+            "round from the state of one call on the timed batch. Clusters (bv_blend, basis) "
+            'are the groups\' start states (`group_cluster` "start s"). The synthetic '
+            "batches carry one cost, `invalid`, which is 0 everywhere (every action is valid), "
+            "so constrained_grpo's multipliers stay at 0 and it equals grpo here; its time "
+            "includes the cost bookkeeping."
+        )
     driven = [n for n in names if get_estimator(n).driver is not None]
     if "ac2" in driven:
         lines.append(
@@ -590,6 +662,13 @@ def run(
             "AC2's fully continued (unready or audited) problems. A state visited once in its "
             "group is a group of one: mean 0, so its advantage is its return. The critic path "
             "is not modelled."
+        )
+    if "psppo" in driven:
+        lines.append(
+            "- psppo has its own rollout driver too (responses cut at chunk boundaries, "
+            "continuations sampled after each cut); it gets the same continuation batch as "
+            "ac2, so a step's advantage is its return-to-go minus the mean over the other "
+            "visits of its state in its task group (leave-one-out)."
         )
     lines += [
         "",
@@ -741,7 +820,9 @@ def check(
     if setup is None:
         raise CheckError(f"{path}: no 'Quality: <n> MDPs ... <n> groups of G rollouts' line")
     n_mdps, n_groups = int(setup.group(1)), int(setup.group(2))
-    names = list_estimators()
+    names, left_out = benchmarked()
+    for name in left_out:
+        log(f"[credit --check] {name} is left out (it needs a learned critic)")
     figures: list[Figure] = []
 
     t0 = time.perf_counter()

@@ -11,7 +11,9 @@ are disjoint, and how many runs improved. It writes
 steps).
 
 Estimators registered with ``learner_hints`` (e.g. GAGPO's step-level ratio) run with those
-learner settings; everything else is identical across estimators.
+learner settings; everything else is identical across estimators. The policy objectives of
+:data:`OBJECTIVES` (``learner.loss`` and ``learner.token_weights``, each with its paper defaults
+and the credit it was designed with) run on the same budget and are reported beside them.
 
 Options (after the benchmark name): ``--algos grpo,gigpo,crbc``, ``--seeds 3``,
 ``--iterations 40``, ``--jobs 1`` (runs in parallel; 1 on a 2-core machine).
@@ -53,6 +55,39 @@ BUDGET = [
 ]
 
 
+# Policy objectives (agentrl.learn.policy_loss), by report name: the overrides of each run. Same
+# budget (64 episodes per iteration); the loss options are the paper defaults (no loss_args).
+# KLPO and negative-token filtering are single-rollout methods: 64 tasks x 1 rollout, no group.
+OBJECTIVES: dict[str, list[str]] = {
+    "cispo": ["algo=grpo", "learner.loss=cispo"],
+    "klpo": [
+        "algo=grpo",
+        "algo.norm_by_std=false",
+        "rollout.n_tasks=64",
+        "rollout.group_size=1",
+        "learner.loss=klpo",
+    ],
+    "bpo": ["algo=grpo", "algo.norm_by_std=false", "learner.loss=bpo"],
+    "vimpo": ["algo=grpo", "algo.norm_by_std=false", "learner.loss=vimpo"],
+    "grpo+taco": ["algo=grpo", "learner.token_weights=[taco]"],
+    "reinforce_pp+ntf": [
+        "algo=reinforce_pp",
+        "rollout.n_tasks=64",
+        "rollout.group_size=1",
+        "learner.token_weights=[ntf]",
+    ],
+    "grpo+reward_balanced": ["algo=grpo", "learner.batching=reward_balanced"],
+}
+
+
+def _method_args(name: str) -> list[str]:
+    """The overrides of a method: an objective of :data:`OBJECTIVES`, or an estimator (with
+    its learner hints)."""
+    if name in OBJECTIVES:
+        return list(OBJECTIVES[name])
+    return [f"algo={name}", *(f"learner.{k}={v}" for k, v in get_estimator(name).learner_hints)]
+
+
 def _t_interval(x: np.ndarray) -> tuple[float, float, float]:
     """Mean and 95% t-interval of ``x`` (n ≥ 2)."""
     from scipy import stats
@@ -65,16 +100,14 @@ def _t_interval(x: np.ndarray) -> tuple[float, float, float]:
 
 
 def _run_one(algo: str, seed: int, iterations: int, eval_every: int, out: Path) -> dict:
-    """Train one (estimator, seed) in a subprocess; return its metrics rows."""
-    hints = [f"learner.{k}={v}" for k, v in get_estimator(algo).learner_hints]
+    """Train one (method, seed) in a subprocess; return its metrics rows."""
     run_agentrl(
         [
             *BUDGET,
-            f"algo={algo}",
             f"trainer.seed={seed}",
             f"trainer.steps={iterations}",
             f"trainer.eval_every={eval_every}",
-            *hints,
+            *_method_args(algo),
         ],
         out,
     )
@@ -103,7 +136,7 @@ def _load_run(algo: str, seed: int, out: Path) -> dict:
     """A finished run's metrics rows (and wall time) from its output directory."""
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     wall = out / "wall_s"
-    hints = [f"learner.{k}={v}" for k, v in get_estimator(algo).learner_hints]
+    hints = [a for a in _method_args(algo) if a != f"algo={algo}"]
     return {
         "algo": algo,
         "seed": seed,
@@ -147,7 +180,8 @@ def run(out_dir: str = "results", quick: bool = False, log=print, argv: list[str
     # Estimators with their own rollout driver (AC2: prefixes of long single-turn attempts)
     # do not apply to multi-turn Sokoban.
     algos = [a for a in opts.algos.split(",") if a] or [
-        a for a in list_estimators() if not get_estimator(a).driver
+        *(a for a in list_estimators() if not get_estimator(a).driver),
+        *OBJECTIVES,
     ]
     seeds = list(range(opts.seeds))
     iterations, eval_every = opts.iterations, opts.eval_every

@@ -21,6 +21,7 @@ from agentrl.credit.batch import (
 )
 from agentrl.credit.estimators import (
     Advantages,
+    Critic,
     EstimatorSpec,
     NoConfig,
     Scorer,
@@ -40,6 +41,7 @@ from agentrl.credit.graph import TrajectoryGraph, build_graph
 __all__ = [
     "INVALID_ACTION",
     "Advantages",
+    "Critic",
     "EstimatorSpec",
     "NoConfig",
     "Scorer",

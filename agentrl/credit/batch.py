@@ -77,6 +77,9 @@ class Trajectory:
     won: bool = False
     final_obs: str = ""
     """The observation after the last step."""
+    final_prompt: str = ""
+    """The user message the policy would have seen after the last step (built like every turn's
+    prompt), for critics that bootstrap from the state where an episode was cut; "" if unknown."""
     task_type: str | None = None
     """``info['task_type']`` at the end, for environments that report one (per-type success)."""
     score: float | None = None
@@ -129,11 +132,14 @@ class StepTexts:
         prompts: (N,) the user message each response answered (no chat formatting).
         responses: (N,) the generated text of each step.
         final_obs: (M,) the last observation of each trajectory (after its last step).
+        final_prompts: (M,) the user message after each trajectory's last step
+            (:attr:`Trajectory.final_prompt`); empty when not recorded.
     """
 
     prompts: tuple[str, ...]
     responses: tuple[str, ...]
     final_obs: tuple[str, ...]
+    final_prompts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -319,6 +325,7 @@ class StepBatch:
                 prompts=tuple(p for p, k in zip(self.texts.prompts, step_keep) if k),
                 responses=tuple(r for r, k in zip(self.texts.responses, step_keep) if k),
                 final_obs=tuple(o for o, k in zip(self.texts.final_obs, keep) if k),
+                final_prompts=tuple(p for p, k in zip(self.texts.final_prompts, keep) if k),
             )
         names, keys = self.action_names, self.anchor_keys
         return StepBatch(
@@ -363,7 +370,7 @@ class StepBatch:
             k: []
             for k in ("reward", "traj", "t", "anchor", "action", "valid", "term", "trunc", "nll")
         }
-        traj_group, traj_won, traj_lost, final_obs = [], [], [], []
+        traj_group, traj_won, traj_lost, final_obs, final_prompts = [], [], [], [], []
         prompts, responses, clusters = [], [], []
         costs: list[Mapping[str, float] | None] = []
         m = 0
@@ -392,6 +399,7 @@ class StepBatch:
                     costs.append(s.costs)
                 traj_group.append(g)
                 final_obs.append(traj.final_obs)
+                final_prompts.append(traj.final_prompt)
                 traj_won.append(traj.won)
                 traj_lost.append(traj.lost)
                 m += 1
@@ -417,7 +425,9 @@ class StepBatch:
             traj_won=np.asarray(traj_won, dtype=bool),
             n_groups=len(groups),
             action_names=tuple(actions),
-            texts=StepTexts(tuple(prompts), tuple(responses), tuple(final_obs)),
+            texts=StepTexts(
+                tuple(prompts), tuple(responses), tuple(final_obs), tuple(final_prompts)
+            ),
             anchor_keys=tuple(key for _, key in anchors),
             traj_lost=np.asarray(traj_lost, dtype=bool),
             step_cost=step_cost,

@@ -21,8 +21,15 @@ of those; :func:`check_state`), because the trainer keeps it between iterations 
 its checkpoints, which are loaded with ``torch.load(weights_only=True)``; numpy values must be
 converted (``float(x)``, ``x.tolist()``). Under torchrun every rank computes credit on the same
 gathered batch, so the state stays identical on every rank. Estimators log their state's key
-scalars (e.g. ``credit/lambda_<k>``) in their metrics. Registering a name twice raises; an unknown name lists the valid ones. The
-trainer only ever calls :func:`compute_advantages`, never an estimator by name.
+scalars (e.g. ``credit/lambda_<k>``) in their metrics.
+
+Estimators that need a learned value function (GAE) register with ``critic="module:Class"``:
+the trainer builds that :class:`Critic` once, passes it as the keyword argument ``critic``,
+trains it after every policy update on the ``values``/``returns`` the estimator reports in its
+:class:`Advantages`, and keeps its state in checkpoints.
+
+Registering a name twice raises; an unknown name lists the valid ones. The trainer only ever
+calls :func:`compute_advantages`, never an estimator by name.
 """
 
 from __future__ import annotations
@@ -53,6 +60,12 @@ class Advantages:
     step: np.ndarray
     metrics: dict[str, float] = field(default_factory=dict)
     state: Any = None
+    values: np.ndarray | None = None
+    """(N,) float64 — V(s_t) a critic-based estimator used (the critic's targets are made with
+    it; also its clipping anchor); None for other estimators. 0 for lost steps."""
+    returns: np.ndarray | None = None
+    """(N,) float64 — the value targets of a critic-based estimator (GAE: A_t + V(s_t)); None
+    for other estimators. 0 for lost steps."""
 
 
 Estimator = Callable[..., Advantages]
@@ -66,6 +79,32 @@ class Scorer(Protocol):
     """
 
     def score(self, contexts: Sequence[str], responses: Sequence[str]) -> np.ndarray: ...
+
+
+class Critic(Protocol):
+    """A learned value function of prompts that an estimator registered with ``critic=`` uses.
+
+    The trainer builds it as ``Class(run_cfg, policy, tokenizer)`` (``policy``: the model that
+    generates), hands it to the estimator, and after each policy update calls ``after_update``
+    with the batch and the estimator's :class:`Advantages` (``values`` and ``returns`` set);
+    ``state_dict``/``load_state_dict`` carry it through checkpoints (tensors and plain data,
+    loadable with ``weights_only=True``) and ``save(path)`` writes what another run may load
+    from a checkpoint folder.
+    """
+
+    def values(self, prompts: Sequence[str]) -> np.ndarray:
+        """V of each user message (chat-formatted and truncated as the rollout's): (n,)."""
+        ...
+
+    def after_update(
+        self, batch: StepBatch, adv: Advantages, rng: np.random.Generator
+    ) -> dict[str, float]: ...
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...
+
+    def save(self, path: Any) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -90,6 +129,9 @@ class EstimatorSpec:
     stateful: bool = False
     """Whether the estimator keeps state across iterations: it is called with ``state=`` (None
     the first time) and returns the new state in :attr:`Advantages.state`."""
+    critic: str | None = None
+    """``"module:Class"`` of the learned value function (a :class:`Critic`) the estimator is
+    called with as ``critic=``; None for estimators without one."""
 
 
 _ESTIMATORS: dict[str, EstimatorSpec] = {}
@@ -109,6 +151,7 @@ def register_estimator(
     driver: str | None = None,
     group_based: bool = True,
     stateful: bool = False,
+    critic: str | None = None,
 ) -> Callable[[Estimator], Estimator]:
     """Decorator registering an estimator under ``name`` with its config dataclass."""
 
@@ -117,7 +160,16 @@ def register_estimator(
             raise ValueError(f"estimator {name!r} is already registered")
         hints = tuple(sorted((learner_hints or {}).items()))
         _ESTIMATORS[name] = EstimatorSpec(
-            name, fn, config, needs_graph, needs_scorer, hints, driver, group_based, stateful
+            name,
+            fn,
+            config,
+            needs_graph,
+            needs_scorer,
+            hints,
+            driver,
+            group_based,
+            stateful,
+            critic=critic,
         )
         return fn
 
@@ -159,6 +211,7 @@ def compute_advantages(
     graph: Any = None,
     scorer: Scorer | None = None,
     state: Any = None,
+    critic: Critic | None = None,
 ) -> Advantages:
     """Run estimator ``name`` on ``batch`` and add the shared diagnostics.
 
@@ -201,6 +254,10 @@ def compute_advantages(
         if scorer is None:
             raise ValueError(f"estimator {name!r} needs a scorer (the policy model)")
         extra["scorer"] = scorer
+    if spec.critic:
+        if critic is None:
+            raise ValueError(f"estimator {name!r} needs a critic ({spec.critic})")
+        extra["critic"] = critic
     t0 = time.perf_counter()
     if kept.n_trajs or kept is batch:
         out = spec.fn(kept, graph if spec.needs_graph else None, cfg, **extra)
@@ -221,7 +278,30 @@ def compute_advantages(
     metrics.update(step_metrics(kept, out.step))
     metrics["credit/solve_time_s"] = elapsed
     metrics["credit/lost_episodes"] = float(batch.n_lost)
-    return Advantages(step=step, metrics=metrics, state=out.state if spec.stateful else None)
+    values, returns = (_scattered(a, batch, kept, name) for a in (out.values, out.returns))
+    return Advantages(
+        step=step,
+        metrics=metrics,
+        state=out.state if spec.stateful else None,
+        values=values,
+        returns=returns,
+    )
+
+
+def _scattered(
+    arr: np.ndarray | None, batch: StepBatch, kept: StepBatch, name: str
+) -> np.ndarray | None:
+    """A per-step array of ``kept`` spread over ``batch``'s steps (0 on lost steps)."""
+    if arr is None:
+        return None
+    arr = np.asarray(arr, dtype=np.float64)
+    if arr.shape != (kept.n_steps,) or not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} returned values/returns that are not ({kept.n_steps},) finite")
+    if kept is batch:
+        return arr
+    out = np.zeros(batch.n_steps, dtype=np.float64)
+    out[~batch.step_lost] = arr
+    return out
 
 
 def check_state(obj: Any, path: str = "state") -> None:

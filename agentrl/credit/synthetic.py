@@ -256,7 +256,9 @@ def sample_groups(
         ``(batch, adv)``: a :class:`StepBatch` of N steps from M = n_groups·G trajectories
         (anchors ``group * S + state``, action ids = action index, ``action_names`` "a0"..,
         reward 1 at the last step of a won episode and 0 elsewhere, ``step_nll`` = −log μ(a|s)
-        — the NLL of a one-token response — and ``anchor_keys`` "state s"), and ``adv`` (N,)
+        — the NLL of a one-token response — ``anchor_keys`` "state s", ``group_cluster``
+        "start s" (the group's start state: groups with the same start state are the same task)
+        and one cost column ``invalid``, all 0 since every action is valid), and ``adv`` (N,)
         float64 = Q^μ(s_t, a_t) − V^μ(s_t) at discount ``beta`` (:func:`true_advantage`).
         With ``with_texts`` the batch also carries :class:`StepTexts`: prompts "state s",
         responses "a k" (the action name), final observations "success", "failure" or
@@ -337,6 +339,9 @@ def sample_groups(
         action_names=mdp.action_names,
         texts=texts,
         anchor_keys=anchor_keys,
+        step_cost=np.zeros((n, 1)),
+        cost_names=("invalid",),
+        group_cluster=tuple(f"start {s}" for s in start.tolist()),
     )
     return batch, true_advantage(mdp, batch, beta)
 

@@ -122,6 +122,20 @@ def dummy_forward(model, pad_id: int, device: torch.device) -> None:
         model(input_ids=torch.full((1, 1), pad_id, dtype=torch.long, device=device))
 
 
+def reshard(model) -> None:
+    """Shard again the parameters an FSDP2 module left gathered after a forward without
+    gradients (no-op for other models).
+
+    FSDP2 leaves the root module's own parameters (embeddings, final norm) unsharded after its
+    forward, expecting a backward. After a no-grad pass over the policy (scoring before an
+    update: ``old_logprobs=recompute``, a policy loss's ``prepare`` hook) the next training
+    step then computed its gradient norm, and clipped, before those parameters had their
+    gradients (seen with torch 2.13 on gloo: the norm missed them, the step was under-clipped).
+    """
+    if _is_fsdp(model):
+        model.reshard()
+
+
 def needs_lockstep(model) -> bool:
     """Whether every forward is a collective (FSDP), so all ranks must run as many."""
     return _is_fsdp(model)

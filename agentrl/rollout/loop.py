@@ -10,6 +10,9 @@ projected to an action, the environment steps, and the turn is recorded as a
 from __future__ import annotations
 
 import importlib.util
+import logging
+import math
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -21,6 +24,8 @@ from agentrl.credit.batch import Step, Trajectory, TrajectoryGroup
 from agentrl.rollout.backends import Backend, Sampling, encode_prompt
 from agentrl.rollout.env_pool import EnvPool, InlinePool, PoolConfig
 from agentrl.rollout.prompting import ActionFormat, build_prompt, project_action
+
+log = logging.getLogger("agentrl")
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,15 @@ class RolloutConfig:
     layout), else ``generic``."""
     env_step_timeout_s: float = 300.0
     """A worker that does not answer within this time is killed and replaced."""
+    dynamic_sampling: bool = False
+    """DAPO's dynamic sampling: groups whose episodes all have the same return (their group
+    advantages are all 0) are dropped, and new tasks are rolled out until the batch holds
+    ``n_tasks`` groups with differing returns, or ``dynamic_sampling_max_rounds`` rounds were
+    played (then the update uses the groups found; ``rollout/dynamic_capped`` says so). With
+    torchrun each rank fills its own share of the tasks."""
+    dynamic_sampling_max_rounds: int = 10
+    """Rollout rounds per iteration at most, the first included (verl's
+    ``max_num_gen_batches``); each round plays a full batch of new tasks."""
 
     def pool_config(self) -> PoolConfig:
         return PoolConfig(
@@ -121,6 +135,19 @@ class RolloutConfig:
                 'pip install -e ".[ray]" (or pip install "ray>=2.30").'
             )
         check(
+            self.dynamic_sampling_max_rounds >= 1,
+            "rollout.dynamic_sampling_max_rounds",
+            self.dynamic_sampling_max_rounds,
+            ">= 1",
+        )
+        check(
+            not self.dynamic_sampling or self.group_size >= 2,
+            "rollout.group_size",
+            self.group_size,
+            ">= 2 with rollout.dynamic_sampling=true (a group of one never has differing "
+            "returns, so every group would be dropped)",
+        )
+        check(
             self.env_step_timeout_s > 0,
             "rollout.env_step_timeout_s",
             self.env_step_timeout_s,
@@ -149,6 +176,29 @@ class RolloutConfig:
 def _amount(v) -> bool:
     """A finite number >= 0 (not a bool)."""
     return isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < float("inf")
+
+
+def step_costs(info: Mapping) -> dict[str, float] | None:
+    """The step's named costs from ``info["costs"]`` (optional, see :mod:`agentrl.env_api`).
+
+    Bad input never crashes a run: a ``costs`` that is not a mapping gives None, and entries
+    whose name is not a string or whose value is not a finite non-negative number are dropped,
+    with a warning. None when the environment reports no costs.
+    """
+    raw = info.get("costs")
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        log.warning("info['costs'] is a %s, not a dict of costs; ignored", type(raw).__name__)
+        return None
+    out: dict[str, float] = {}
+    for k, v in raw.items():
+        ok = isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+        if isinstance(k, str) and ok and v >= 0:
+            out[k] = float(v)
+        else:
+            log.warning("info['costs'][%r] = %r is not a finite cost >= 0; dropped", k, v)
+    return out
 
 
 def collect(
@@ -225,6 +275,7 @@ def collect(
                     observation=obs[j],
                     prompt_text=text,
                     lost=lost,
+                    costs=step_costs(info),
                 )
             )
             history[j].append((obs[j], action if ok else gen.text.strip()[:80]))
@@ -232,6 +283,16 @@ def collect(
             if terminated or truncated:
                 trajs[j].won = bool(info["won"])
                 trajs[j].final_obs = next_obs
+                # The prompt of the state the episode ended in, for critics that bootstrap.
+                trajs[j].final_prompt = build_prompt(
+                    str(info.get("task", "")),  # a lost step's info may lack the keys
+                    history[j][-cfg.history_length :] if cfg.history_length else [],
+                    next_obs,
+                    info.get("admissible_actions"),
+                    len(trajs[j].steps),
+                    mode,
+                    cfg.prompt_style,
+                )
                 trajs[j].task_type = info.get("task_type")
                 if info.get("score") is not None:
                     trajs[j].score = float(info["score"])

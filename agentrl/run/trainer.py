@@ -7,11 +7,12 @@ estimator needs one, asks the estimator for one advantage per step, broadcasts i
 response tokens and runs the learner. Every ``eval_every`` iterations the policy plays held-out
 seeds (seeds ≥ 2³¹, never drawn for training) at the evaluation temperature.
 
-Metrics go to TensorBoard (namespaces ``env/``, ``eval/``, ``credit/``, ``loss/``, ``perf/``),
-to ``metrics.jsonl`` and to the console. Checkpoints (``<out_dir>/checkpoints/iter-NNNNNN``)
-hold the model in Hugging Face format plus ``trainer_state.pt`` (optimizer, LR schedule, RNG
-states, iteration, a stateful estimator's state), so ``trainer.resume=true`` continues a killed run exactly where its last
-checkpoint left it.
+Metrics go to TensorBoard (namespaces ``env/``, ``eval/``, ``credit/``, ``loss/``, ``perf/``,
+``diag/``: reachable headroom, gradient cosine), to ``metrics.jsonl`` and to the console.
+Checkpoints (``<out_dir>/checkpoints/iter-NNNNNN``) hold the model in Hugging Face format plus
+``trainer_state.pt`` (optimizer, LR schedule, RNG states, iteration, a stateful estimator's
+state), so ``trainer.resume=true`` continues a killed run exactly where its last checkpoint
+left it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import logging
 import os
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from pathlib import Path
@@ -35,6 +36,7 @@ import yaml
 from agentrl.configuration import ConfigError
 from agentrl.credit import EstimatorSpec, compute_advantages, get_estimator
 from agentrl.credit.batch import StepBatch, TrajectoryGroup, flat_steps
+from agentrl.credit.diagnostics import batch_diagnostics
 from agentrl.credit.graph import build_graph
 from agentrl.learn.learner import Learner, Sample
 from agentrl.learn.model import (
@@ -221,12 +223,23 @@ def _build_model(cfg: RunConfig, rng: np.random.Generator, resume_from: Path | N
 
 
 def save_checkpoint(
-    model, tokenizer, cfg: RunConfig, out_dir: Path, iteration: int, state: dict
+    model,
+    tokenizer,
+    cfg: RunConfig,
+    out_dir: Path,
+    iteration: int,
+    state: dict,
+    extra: Callable[[Path], None] | None = None,
 ) -> Path:
-    """Write the model (HF format), the run ``state`` and the config; point ``latest`` at it."""
+    """Write the model (HF format), the run ``state`` and the config; point ``latest`` at it.
+
+    ``extra(path)`` writes further files into the checkpoint folder first (a critic's value
+    head), so a checkpoint that ``latest`` names holds them."""
     path = out_dir / "checkpoints" / f"iter-{iteration:06d}"
     path.mkdir(parents=True, exist_ok=True)
     save_model(model, tokenizer, path, cfg.model)
+    if extra is not None:
+        extra(path)
     # Write then rename, so a kill mid-save never leaves a checkpoint that looks complete.
     torch.save(state, path / "trainer_state.tmp")
     (path / "trainer_state.tmp").replace(path / "trainer_state.pt")
@@ -459,6 +472,16 @@ class Trainer:
                 f"algo={cfg.algo_name} brings its own rollout driver, which runs in one process "
                 "only; launch it without torchrun"
             )
+        if dist.enabled and self.estimator.critic:
+            raise ConfigError(
+                f"algo={cfg.algo_name} trains a critic, which runs in one process only; launch "
+                "it without torchrun"
+            )
+        if rc.dynamic_sampling and self.estimator.driver:
+            raise ConfigError(
+                f"rollout.dynamic_sampling=true: algo={cfg.algo_name} samples its own batches "
+                "(a rollout driver); turn dynamic sampling off"
+            )
         self.resume_from = _latest_checkpoint(out_dir) if tc.resume else None
         if tc.resume and self.resume_from is None:
             log.info("trainer.resume: no checkpoint in %s, starting from scratch", out_dir)
@@ -537,6 +560,12 @@ class Trainer:
             self.driver = getattr(importlib.import_module(module), cls)(
                 cfg, self.policy, self.tokenizer, self.backend
             )
+        self.critic = None
+        if self.estimator.critic:  # the estimator's learned value function (GAE)
+            module, _, cls = self.estimator.critic.partition(":")
+            self.critic = getattr(importlib.import_module(module), cls)(
+                cfg, self.policy, self.tokenizer
+            )
         self.start = 0
         self.decode_total = 0.0
         # A stateful estimator's state (plain data), carried from iteration to iteration and
@@ -574,6 +603,8 @@ class Trainer:
             state["driver"] = self.driver.state_dict()
         if self.credit_state is not None:
             state["credit_state"] = self.credit_state
+        if self.critic is not None:
+            state["critic"] = self.critic.state_dict()
         return state
 
     def _restore(self, path: Path) -> None:
@@ -608,6 +639,8 @@ class Trainer:
         if self.driver is not None and "driver" in state:
             self.driver.load_state_dict(state["driver"])
         self.credit_state = state.get("credit_state")
+        if self.critic is not None and "critic" in state:
+            self.critic.load_state_dict(state["critic"])
         log.info("resumed from %s (iteration %d)", path, self.start)
 
     def save(self, iteration: int) -> Path:
@@ -622,6 +655,7 @@ class Trainer:
                 self.out_dir,
                 iteration,
                 self._state(iteration),
+                extra=self.critic.save if self.critic is not None else None,
             )
         from agentrl.learn.parallel import save_optimizer
 
@@ -718,6 +752,10 @@ class Trainer:
                 self.envs, local_seeds, self.backend, self.tokenizer, rc, self.sampling
             )
             driver_metrics = {}
+        first_draw = groups  # the env/ metrics describe it, with or without dynamic sampling
+        if rc.dynamic_sampling:  # DAPO: only groups whose returns differ reach the learner
+            groups, sampled = self._dynamic_sampling(groups)
+            driver_metrics.update(sampled)
         t1 = time.perf_counter()
         # Credit sees the whole batch on every rank, so every estimator gives the numbers one
         # process would; each rank then trains on its own steps.
@@ -733,8 +771,11 @@ class Trainer:
             graph=graph,
             scorer=self.scorer,
             state=self.credit_state,
+            critic=self.critic,
         )
         self.credit_state = adv.state
+        # Headroom and partial-credit conflict (global: the gathered batch); cheap, always on.
+        diagnostics = batch_diagnostics(batch, all_groups, adv.step)
         t2 = time.perf_counter()
         steps = flat_steps(groups)
         # Lost episodes give no gradient at all (policy, KL and entropy terms alike).
@@ -749,6 +790,8 @@ class Trainer:
         learn = self.learner.update(samples, self.local_rng)
         if self.driver is not None:
             driver_metrics.update(self.driver.after_update(self.local_rng))
+        if self.critic is not None:  # after the policy's update, as PPO's value step
+            driver_metrics.update(self.critic.after_update(batch, adv, self.local_rng))
         if self.policy is not self.learner.module:  # FSDP: refresh the full copy
             from agentrl.learn.parallel import full_state_dict
 
@@ -760,11 +803,15 @@ class Trainer:
         decoded = driver_metrics.pop("perf/decode_tokens", float(gen_tokens))
         self.decode_total += decoded
         n_params = self.n_params
+        env_groups = all_groups
+        if first_draw is not groups:  # dynamic sampling: the policy's success, not the kept's
+            env_groups, _ = gather_groups(first_draw, dist)
         return {
-            **env_metrics(batch),
-            **per_type_success(all_groups, "env"),
-            **env_scores(all_groups, "env"),
+            **env_metrics(StepBatch.from_groups(env_groups)),
+            **per_type_success(env_groups, "env"),
+            **env_scores(env_groups, "env"),
             **adv.metrics,
+            **diagnostics,
             **learn,
             "perf/rollout_s": t1 - t0,
             "perf/credit_s": t2 - t1,
@@ -777,6 +824,69 @@ class Trainer:
             "perf/decode_flops_total": 2.0 * n_params * self.decode_total,
             **driver_metrics,
         }
+
+    def _dynamic_sampling(
+        self, groups: list[TrajectoryGroup]
+    ) -> tuple[list[TrajectoryGroup], dict[str, float]]:
+        """DAPO's dynamic sampling on this rank's share of the tasks.
+
+        Keeps the groups of ``groups`` whose returns differ (:func:`informative_group`) and rolls
+        out rounds of as many new tasks (seeds from ``local_rng``: per rank, saved with
+        checkpoints, and leaving the shared task stream alone) until this rank holds as many
+        informative groups as it had tasks, or ``rollout.dynamic_sampling_max_rounds`` rounds
+        were played; surplus groups of the last round are dropped. Metrics (over all ranks):
+        ``rollout/informative_frac`` of the first round, ``rollout/resampled_groups`` drawn
+        after it, ``rollout/dynamic_rounds`` (the most any rank played), ``rollout/kept_groups``
+        and ``rollout/dynamic_capped`` (1 when the cap left the batch short).
+        """
+        rc = self.cfg.rollout
+        want = len(groups)
+        kept = [g for g in groups if informative_group(g)]
+        first = len(kept)
+        rounds, drawn, decoded = 1, 0, _response_tokens(groups)
+        while len(kept) < want and rounds < rc.dynamic_sampling_max_rounds:
+            seeds = self.local_rng.integers(0, EVAL_SEED_BASE - 1, size=want)
+            more = collect(self.envs, seeds, self.backend, self.tokenizer, rc, self.sampling)
+            kept.extend(g for g in more if informative_group(g))
+            drawn += len(more)
+            decoded += _response_tokens(more)
+            rounds += 1
+        kept = kept[:want]
+        total = self.dist.sum([first, want, drawn, len(kept), float(len(kept) < want), decoded])
+        most_rounds = self.dist.max([rounds])[0]
+        if total[4]:
+            log.warning(
+                "dynamic sampling: %d of %d groups with differing returns after %d rounds "
+                "(rollout.dynamic_sampling_max_rounds); training on those",
+                int(total[3]),
+                int(total[1]),
+                int(most_rounds),
+            )
+        return kept, {
+            "rollout/informative_frac": total[0] / max(total[1], 1.0),
+            "rollout/resampled_groups": total[2],
+            "rollout/dynamic_rounds": most_rounds,
+            "rollout/kept_groups": total[3],
+            "rollout/dynamic_capped": float(total[4] > 0),
+            "perf/decode_tokens": total[5],  # every round's tokens, dropped groups included
+        }
+
+
+def _response_tokens(groups: list[TrajectoryGroup]) -> int:
+    return sum(len(s.response_ids) for g in groups for t in g.trajectories for s in t.steps)
+
+
+def informative_group(group: TrajectoryGroup, tol: float = 1e-9) -> bool:
+    """Whether the returns of ``group``'s episodes differ (DAPO keeps only such groups).
+
+    Lost episodes (failed env workers) are left out, as credit assignment leaves them out;
+    returns within ``tol`` (relative to their size, at least absolute) count as equal, so
+    rounding in a sum of step rewards does not make a group look informative.
+    """
+    returns = [t.ret for t in group.trajectories if not t.lost]
+    if len(returns) < 2:
+        return False
+    return max(returns) - min(returns) > tol * max(1.0, max(abs(r) for r in returns))
 
 
 def _log_iteration(it: int, total: int, metrics: dict[str, float]) -> None:

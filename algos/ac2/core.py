@@ -43,6 +43,8 @@ from typing import Any
 
 import numpy as np
 
+# cut_points lives with the prefix machinery AC2 shares with PS-PPO (also importable from here).
+from agentrl.algos._prefix import cut_points
 from agentrl.configuration import check, check_choice
 
 GRID: tuple[float, ...] = tuple(round(0.1 * k, 1) for k in range(11))
@@ -138,15 +140,6 @@ def parse_value(text: str) -> float | None:
 def grid_round(x: float) -> float:
     """The grid value nearest to ``x`` (clipped to [0, 1])."""
     return round(min(1.0, max(0.0, round(float(x) * 10) / 10)), 1)
-
-
-def cut_points(length: int, chunk: int, max_frac: float = 0.9) -> list[int]:
-    """Prefix lengths at which a trajectory of ``length`` tokens may be cut.
-
-    Multiples of ``chunk`` in ``[0, max_frac · length]``; 0 (the bare problem) is always one.
-    """
-    limit = max_frac * length
-    return [k * chunk for k in range(int(limit // chunk) + 1) if k * chunk <= limit]
 
 
 def ac2_advantages(values: np.ndarray, valid: np.ndarray, group: np.ndarray) -> np.ndarray:

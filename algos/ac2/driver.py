@@ -10,17 +10,20 @@ uses it in place of the episode rollout when ``algo=ac2`` (the estimator registe
 - ``after_update(rng)`` trains the critic on the shared weights and updates readiness;
 - ``state_dict()`` / ``load_state_dict()`` carry the buffers, readiness and the critic's
   optimizer and LR ladder through checkpoints.
+
+Problems, generation with per-prompt limits, grading through the env and the continuation
+steps come from :class:`agentrl.algos._prefix.PrefixSampler`, which PS-PPO shares.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Any
 
 import numpy as np
 import torch
 
+from agentrl.algos._prefix import EVAL_SEED_BASE, PrefixSampler
 from agentrl.algos.ac2.core import (
     GRID,
     AC2Config,
@@ -33,22 +36,19 @@ from agentrl.algos.ac2.core import (
     parse_value,
     value_prompt,
 )
-from agentrl.credit.batch import Step, Trajectory, TrajectoryGroup
-from agentrl.registry import make
-from agentrl.rollout import Sampling, encode_prompt
-from agentrl.rollout.prompting import build_prompt
+from agentrl.credit.batch import Trajectory, TrajectoryGroup
+from agentrl.rollout import encode_prompt
 
-EVAL_SEED_BASE = 2**31
+__all__ = ["EVAL_SEED_BASE", "AC2Driver"]
 
 
-class AC2Driver:
+class AC2Driver(PrefixSampler):
     """Runs AC2's sampling and critic around the shared learner (see the module docstring)."""
 
     def __init__(self, run_cfg, model, tokenizer, backend):
+        super().__init__(run_cfg, tokenizer, backend)
         self.cfg: AC2Config = run_cfg.algo
-        self.rc = run_cfg.rollout
-        self.model, self.tokenizer, self.backend = model, tokenizer, backend
-        self.env = make(run_cfg.env_name, **run_cfg.env_kwargs)  # grades attempts, in-process
+        self.model = model
         self.buffer = ReplayBuffer(self.cfg.buffer_capacity)
         self.readiness = Readiness(self.cfg.tau_global, self.cfg.tau_local, self.cfg.error_window)
         self.bank: dict[int, str] = {}
@@ -68,48 +68,9 @@ class AC2Driver:
             self.head = torch.nn.Linear(hidden, len(GRID)).to(device)
             params += list(self.head.parameters())
         self.critic_opt = torch.optim.AdamW(params, lr=self.ladder.lr, weight_decay=0.0)
-        self._problems: dict[int, tuple[str, list[int], str]] = {}
         self._snapshot: torch.Tensor | None = None
-        self.decode_tokens = 0
 
-    # -- problems and grading ----------------------------------------------------------------
-    def problem(self, seed: int) -> tuple[str, list[int], str]:
-        """(problem text, prompt ids, the env's reference solution or "") of an env seed."""
-        if seed not in self._problems:
-            obs, info = self.env.reset(seed=int(seed))
-            text = build_prompt(
-                info["task"], [], obs, None, 0, self.rc.action_format, self.rc.prompt_style
-            )
-            ids = encode_prompt(self.tokenizer, text, self.rc.max_prompt_tokens)
-            self._problems[seed] = (obs, ids, str(info.get("reference_solution") or ""))
-        return self._problems[seed]
-
-    def grade(self, seed: int, text: str) -> float | None:
-        """Reward in [0, 1] of a complete attempt; None when the grader could not judge it."""
-        self.env.reset(seed=int(seed))
-        _, reward, _, _, info = self.env.step(text)
-        if not info.get("action_valid", True):
-            return 0.0  # nothing gradable in the attempt: no credit
-        if info.get("graded") is False or info.get("judge_error"):
-            return None  # the grader failed: unknown, not zero
-        return float(reward)
-
-    def _generate(self, prompts: list[list[int]], max_new: list[int], greedy: bool = False):
-        """Generate with per-prompt token limits (one backend call per distinct limit)."""
-        out: list[Any] = [None] * len(prompts)
-        for limit in sorted(set(max_new)):
-            idx = [i for i, m in enumerate(max_new) if m == limit]
-            sampling = Sampling(
-                max_new_tokens=int(limit),
-                temperature=0.0 if greedy else self.rc.temperature,
-                top_p=1.0 if greedy else self.rc.top_p,
-                top_k=0 if greedy else self.rc.top_k,
-            )
-            for i, gen in zip(idx, self.backend.generate([prompts[i] for i in idx], sampling)):
-                out[i] = gen
-                self.decode_tokens += len(gen.token_ids)
-        return out
-
+    # -- the critic ----------------------------------------------------------------------------
     def critic_values(self, items: list[tuple[int, str, bool]]) -> list[float | None]:
         """Greedy critic answers for (seed, attempt text, with reference?) items."""
         if not items:
@@ -127,7 +88,7 @@ class AC2Driver:
             with torch.no_grad():
                 logits = self._head_logits(prompts)
             return [GRID[int(k)] for k in logits.argmax(-1).tolist()]
-        gens = self._generate(prompts, [self.cfg.critic_value_tokens] * len(prompts), True)
+        gens = self.generate(prompts, [self.cfg.critic_value_tokens] * len(prompts), True)
         return [parse_value(g.text) for g in gens]
 
     def _head_logits(self, prompts: list[list[int]]) -> torch.Tensor:
@@ -142,16 +103,13 @@ class AC2Driver:
         hidden = out.hidden_states[-1][torch.arange(len(prompts), device=device), last]
         return self.head(hidden.float())
 
-    def _decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
-
     # -- one iteration ------------------------------------------------------------------------
     def collect(self, rng: np.random.Generator) -> tuple[list[TrajectoryGroup], dict[str, float]]:
         cfg = self.cfg
         self.decode_tokens = 0
         # 1. Refill: fresh problems, one full attempt each, into the buffer (not trained on).
         seeds = [int(s) for s in rng.integers(0, EVAL_SEED_BASE - 1, size=cfg.n_refill)]
-        gens = self._generate([self.problem(s)[1] for s in seeds], [cfg.budget_tokens] * len(seeds))
+        gens = self.generate([self.problem(s)[1] for s in seeds], [cfg.budget_tokens] * len(seeds))
         for s, gen in zip(seeds, gens):
             reward = self.grade(s, gen.text)
             self.buffer.push(Attempt(s, list(gen.token_ids), reward or 0.0))
@@ -180,13 +138,13 @@ class AC2Driver:
                 prompts.append(base)
                 limits.append(limit)
                 owner.append(k)
-        gens = self._generate(prompts, limits)
+        gens = self.generate(prompts, limits)
         values: list[float | None] = [None] * len(gens)
         graded: list[list[float | None]] = [[] for _ in prefixes]
         needs_critic: list[tuple[int, tuple[int, str, bool]]] = []
         for i, (gen, k) in enumerate(zip(gens, owner)):
             a, cut = prefixes[k]
-            text = self._decode(a.response_ids[:cut] + list(gen.token_ids))
+            text = self.decode(a.response_ids[:cut] + list(gen.token_ids))
             finished = (
                 len(gen.token_ids) < limits[i] or cut + len(gen.token_ids) >= cfg.budget_tokens
             )
@@ -202,22 +160,17 @@ class AC2Driver:
         # 4. One group per prefix, one single-step trajectory per continuation.
         groups = []
         for k, (a, cut) in enumerate(prefixes):
-            problem_text, problem_ids, _ = self.problem(a.problem)
-            group = TrajectoryGroup(task=problem_text, seed=a.problem)
+            group = TrajectoryGroup(task=self.problem(a.problem)[0], seed=a.problem)
             for i in (i for i, o in enumerate(owner) if o == k):
                 v = values[i]
-                step = Step(
-                    prompt_ids=problem_ids + a.response_ids[:cut],
-                    response_ids=list(gens[i].token_ids),
-                    logprobs=list(gens[i].logprobs),
-                    reward=float(v) if v is not None else 0.0,
-                    terminated=True,
-                    truncated=False,
+                step = self.continuation_step(
+                    a.problem,
+                    a.response_ids[:cut],
+                    gens[i].token_ids,
+                    gens[i].logprobs,
+                    v,
                     anchor=(a.problem, cut),
-                    action=None,
-                    valid=v is not None,
-                    response_text=gens[i].text,
-                    observation=problem_text,
+                    text=gens[i].text,
                 )
                 group.trajectories.append(Trajectory(steps=[step], won=v == 1.0))
             groups.append(group)
@@ -227,7 +180,7 @@ class AC2Driver:
         query = []
         for k, _ in target_items:
             a, cut = prefixes[k]
-            query.append((a.problem, self._decode(a.response_ids[:cut]), a.problem in self.bank))
+            query.append((a.problem, self.decode(a.response_ids[:cut]), a.problem in self.bank))
         preds = self.critic_values(query)
         errors: dict[int, float] = {}
         latest: dict[int, float] = {}

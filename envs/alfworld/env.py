@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 _SPACES = re.compile(r"\s+")
 _TASK_LINE = re.compile(r"Your task is to: [^\n]*")
 NOTHING_HAPPENS = "Nothing happens."
+_LOOK_ONLY = ("look", "inventory", "examine ", "help")
+"""Commands that only describe (the PDDL domain changes no fact for them): a demonstration
+stays on its walkthrough through them."""
 
 
 @dataclass(frozen=True)
@@ -153,6 +156,8 @@ class ALFWorldEnv(TextEnv):
         self._generated = False
         self._lookup: dict[str, str] = {}
         self._anchor_obs = ""
+        self._executed: list[str] = []  # commands executed this episode (for demonstration)
+        self._walkthroughs: dict[str, list[str] | None] = {}
 
     def prepare(self) -> None:
         """Find (or generate) the training and evaluation games now, in this process.
@@ -183,6 +188,7 @@ class ALFWorldEnv(TextEnv):
             with open(Path(gamefile).parent / "traj_data.json") as fh:
                 self._task_type = str(json.load(fh).get("task_type", ""))
         self._gamefile = gamefile
+        self._executed = []
         self._state = self.engine.reset()
         self._anchor_obs = self._state.feedback
         found = _TASK_LINE.search(self._state.feedback)
@@ -200,6 +206,8 @@ class ALFWorldEnv(TextEnv):
             self._state = _with_feedback(self._state, NOTHING_HAPPENS)
             return Transition(NOTHING_HAPPENS, 0.0, False, False, None)
         self._state = self.engine.step(command)
+        if not command.startswith(_LOOK_ONLY):
+            self._executed.append(command)
         self._anchor_obs = self._state.feedback
         self._set_lookup()
         won = self._state.won
@@ -220,6 +228,30 @@ class ALFWorldEnv(TextEnv):
 
     def _task(self) -> str:
         return self._task_text or "Your task is to: (reset the environment first)"
+
+    def demonstration(self) -> list[str] | None:
+        """The rest of the game's walkthrough (``walkthrough`` in its ``game.tw-pddl``: the
+        planner's plan for generated games, the expert plan for official ones) while every
+        command executed so far follows it; None once the episode has left it (after another
+        command the plan may no longer apply) or when the game has none. Invalid actions and
+        commands that only describe (look, inventory, examine, help) change nothing, so they
+        do not count as leaving it."""
+        if self._gamefile is None or self._state is None:
+            return None
+        if self._state.won or self._done:
+            return []
+        if self._gamefile not in self._walkthroughs:
+            try:
+                with open(self._gamefile) as fh:
+                    plan = json.load(fh).get("walkthrough") or None
+            except (OSError, ValueError):
+                plan = None
+            self._walkthroughs[self._gamefile] = [str(c) for c in plan] if plan else None
+        plan = self._walkthroughs[self._gamefile]
+        n = len(self._executed)
+        if plan is None or plan[:n] != self._executed:
+            return None
+        return plan[n:]
 
     def _extra_info(self) -> dict[str, Any]:
         return {

@@ -18,6 +18,7 @@ KINDS: tuple[str, ...] = ("identity", "equation", "simplify")
 DIFFICULTIES: tuple[int, ...] = (1, 2, 3)
 """Steps of a derivation's reference solution."""
 SPLITS: tuple[str, ...] = ("train", "eval")
+REWARDS: tuple[str, ...] = ("points", "binary")
 TASK_FILE_SUFFIXES: tuple[str, ...] = (".jsonl", ".json", ".parquet")
 MAX_POINTS = 7
 MAX_ANSWER_CHARS = 30_000
@@ -46,6 +47,10 @@ class ProofConfig:
     """Derivation difficulties to mix: the number of steps of the reference solution (1-3)."""
     kinds: tuple[str, ...] = KINDS
     """Derivation kinds to mix: ``identity``, ``equation``, ``simplify``."""
+    reward: Literal["points", "binary"] = "points"
+    """``points``: reward = points / 7 (partial credit, a pass rate); ``binary``: 1 for full
+    marks (7 points) and 0 otherwise. ``info["points"]`` and ``info["score"]`` carry the points
+    either way."""
     max_steps: int = 1
     """Turns per episode. A graded answer always ends the episode, so more turns only let a
     policy retry after an answer that could not be graded."""
@@ -78,6 +83,7 @@ class ProofConfig:
         object.__setattr__(self, "difficulty", tuple(self.difficulty))
         object.__setattr__(self, "kinds", tuple(self.kinds))
         check_choice("env.source", self.source, SOURCES)
+        check_choice("env.reward", self.reward, REWARDS)
         if self.source == "file":
             _check_task_file("env.path", self.path, required=True)
             _check_task_file("env.eval_path", self.eval_path, required=False)

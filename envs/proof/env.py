@@ -14,9 +14,13 @@ LLM judge for ``source=file``) and the episode ends with reward ``points / 7``.
   ``anchor`` = (task_id, graded answers so far), ``won`` (7 points), ``admissible_actions``
   None. After a step also ``points`` (None if not graded), ``graded`` (points were awarded:
   False for invalid answers and failed judgements, so callers can leave those out of
-  averages), ``grade`` (details: valid steps, first error, judge reply, ...) and
-  ``judge_error`` (why the judgement failed, else None). A failed judgement gives reward 0.0
-  and ends the episode; it never raises.
+  averages), ``score`` (the points again; 0 for an invalid answer, which earns nothing, and
+  None for a failed judgement: the trainer logs the mean as ``env/score`` and uses it for the
+  partial-credit diagnostics), ``grade`` (details: valid steps, first error, judge reply, ...)
+  and ``judge_error`` (why the judgement failed, else None). A failed judgement gives reward
+  0.0 and ends the episode; it never raises.
+- ``env.reward=binary`` pays 1 for full marks and 0 otherwise instead of ``points / 7``
+  (pass rate vs binary rewards); ``points``, ``score`` and ``won`` are the same either way.
 - With ``source=file`` the env sets ``step_concurrency = env.judge_concurrency``: the inline
   env pool steps up to that many envs of a batch in threads, so their judge requests run
   concurrently (see :attr:`agentrl.env_api.TextEnv.step_concurrency`).
@@ -138,6 +142,7 @@ class ProofEnv(TextEnv):
         )
         extra: dict[str, Any] = {
             "points": g.points,
+            "score": g.points if g.points is not None else (None if g.valid else 0),
             "graded": g.graded,
             "grade": g.to_info(),
             "judge_error": None,
@@ -153,7 +158,8 @@ class ProofEnv(TextEnv):
         else:
             obs = f"Points: {g.points}/{MAX_POINTS}."
         executed = canonical_answer(extract_answer(action))
-        return Transition(obs, g.reward, True, True, executed, extra)
+        reward = g.reward if self.config.reward == "points" else float(g.points == MAX_POINTS)
+        return Transition(obs, reward, True, True, executed, extra)
 
     def _anchor(self) -> Hashable:
         return (self.task.id if self.task else "", self._answers)
@@ -163,6 +169,15 @@ class ProofEnv(TextEnv):
 
     def _task(self) -> str:
         return self.task.problem if self.task else "Prove the statement (reset the environment)."
+
+    def demonstration(self) -> list[str] | None:
+        """The task's reference solution as the one answer (``[]`` once the episode is over);
+        None when the task has no reference solution (task files without one)."""
+        if self.task is None:
+            return None
+        if self._done:
+            return []
+        return [self.task.reference_solution] if self.task.reference_solution.strip() else None
 
     def _extra_info(self) -> dict[str, Any]:
         return {

@@ -41,6 +41,9 @@ TASK = (
     f"Push every box ({BOX}) onto a target ({TARGET}). Boxes can only be pushed, not pulled. "
     "Each turn, answer with one move: up, down, left or right."
 )
+DEMO_MAX_NODES = 200_000
+"""Search budget of :meth:`SokobanEnv.demonstration` (a 6x6 room with 1-2 boxes needs a few
+hundred states; larger rooms may give up and return None)."""
 _DIRECTION = re.compile(r"\b(up|down|left|right)\b", re.IGNORECASE)
 
 
@@ -230,6 +233,20 @@ class SokobanEnv(TextEnv):
 
     def _extra_info(self) -> dict[str, Any]:
         return {"boxes_on_target": self._on_target}
+
+    def demonstration(self) -> list[str] | None:
+        """A shortest plan from the current position (:func:`~.solver.solve`); ``[]`` once the
+        episode is over, None when no box arrangement can be solved from here (a box pushed
+        into a corner) or the search gives up after ``DEMO_MAX_NODES`` states."""
+        if self.level is None:
+            return None
+        if self._done:
+            return []
+        from .solver import solve
+
+        w = self._w
+        boxes = tuple(sorted(divmod(b, w) for b in self._boxes))
+        return solve(self.level, DEMO_MAX_NODES, player=divmod(self._player, w), boxes=boxes)
 
     # -- helpers -------------------------------------------------------------------------
     def _render(self) -> str:

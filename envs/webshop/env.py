@@ -36,6 +36,8 @@ or not: ``ends_only_on_success`` is False); 0 on every other step; 15 steps at m
 as "score"; success rate is the mean of ``won``); the step that buys also carries the reward
 components (``r_type``, ``r_att``, ``r_option``, ``r_price``, ``query_match``,
 ``category_match``, ``title_score``, weights ``w_*``) and ``purchased_asin``/``goal_asin``.
+Costs (``info["costs"]``): ``invalid`` and ``steps`` as every :class:`TextEnv`, and
+``over_budget``: 1.0 at a purchase whose price exceeds the goal's price limit, else 0.0.
 
 Anchor: (page, query, results page, ASIN, selected options): the state without history.
 
@@ -262,6 +264,7 @@ class WebShopEnv(TextEnv):
     """The WebShop shopping task as a text environment (see the module docstring)."""
 
     ends_only_on_success = False
+    cost_names = (*TextEnv.cost_names, "over_budget")
 
     def __init__(self, render_mode: str | None = None, **kwargs: Any):
         super().__init__()
@@ -277,6 +280,7 @@ class WebShopEnv(TextEnv):
         self._option_of: dict[str, str] = {}
         self._reward = 0.0
         self._reward_info: dict[str, Any] = {}
+        self._over_budget = 0.0
 
     # -- goals ------------------------------------------------------------------------------
     def split_range(self, split: str) -> range:
@@ -392,9 +396,11 @@ class WebShopEnv(TextEnv):
         )
         self._reward = reward
         self._reward_info = {**info, "purchased_asin": product.asin, "goal_asin": goal.asin}
+        self._over_budget = 0.0 if info["r_price"] else 1.0
         return reward
 
     def _step(self, action: str) -> Transition:
+        self._over_budget = 0.0  # set by _buy
         parsed = parse_action(action) if len(action) <= 4096 else None
         s = self.state
         if parsed is None:
@@ -444,6 +450,75 @@ class WebShopEnv(TextEnv):
     def _invalid(self) -> Transition:
         return Transition(self._render(), 0.0, False, False, None)
 
+    # -- demonstrations ---------------------------------------------------------------------
+    def demonstration(self) -> list[str] | None:
+        """A shortest way to buy the goal product with the goal's options from the current page.
+
+        From the search page: ``search[<query>]`` with the first of (the instruction, the goal
+        product's title) whose results hold the goal product, then ``next >``/``< prev`` to its
+        results page, ``click[<asin>]``, a click on each goal option value the product offers
+        and is not yet selected, and ``click[buy now]``. From other pages it first goes back
+        (``< prev``, or ``back to search`` when the current results miss the product). ``[]``
+        once bought; None when no query finds the goal product. Paths found this way reach
+        reward 1.0 whenever the goal product matches its own goal (price cap included)."""
+        if self.goal is None:
+            return None
+        return self._plan(self.state)
+
+    def _plan(self, s: Page) -> list[str] | None:
+        goal = self.goal
+        assert goal is not None
+        if s.kind == "done":
+            return []
+        if s.kind in SUB_PAGES:
+            rest = self._plan(replace(s, kind="item"))
+            return None if rest is None else [f"click[{PREV_PAGE}]", *rest]
+        if s.kind == "item":
+            if s.asin == goal.asin:
+                return [*self._option_clicks(dict(s.options)), f"click[{BUY_NOW}]"]
+            rest = self._plan(Page("results", s.query, s.page))
+            return None if rest is None else [f"click[{PREV_PAGE}]", *rest]
+        if s.kind == "results":
+            where = self._goal_page(s.query)
+            if where is None:
+                rest = self._plan(Page())
+                return None if rest is None else [f"click[{BACK_TO_SEARCH}]", *rest]
+            turn = NEXT_PAGE if where > s.page else PREV_PAGE
+            moves = [f"click[{turn}]"] * abs(where - s.page)
+            return [*moves, f"click[{goal.asin.lower()}]", *self._option_clicks({}),
+                    f"click[{BUY_NOW}]"]  # fmt: skip
+        product = self.store.products[goal.product]
+        for query in (goal.instruction, product.title):
+            query = _normalize(query).replace("[", " ").replace("]", " ").strip()
+            if query and self._goal_page(query) is not None:
+                return [f"search[{query}]", *(self._plan(Page("results", query, 1)) or [])]
+        return None
+
+    def _goal_page(self, query: str) -> int | None:
+        """The results page (1-based) of ``query`` that lists the goal product, or None."""
+        assert self.goal is not None
+        hits = self.store.index.search(query, self.cfg.search_top_k)
+        where = self.store.asin_index[self.goal.asin]
+        if where not in hits:
+            return None
+        return hits.index(where) // self.cfg.results_per_page + 1
+
+    def _option_clicks(self, selected: dict[str, str]) -> list[str]:
+        """``click[value]`` for each goal option value the goal product offers and that is not
+        selected yet (a value offered under two names selects the last, as clicking does)."""
+        assert self.goal is not None
+        name_of = {}
+        for name, values in self.store.products[self.goal.product].options:
+            for v in values:
+                name_of[_normalize(v)] = (name, v)
+        clicks = []
+        for value in self.goal.options:
+            found = name_of.get(_normalize(value))
+            if found is not None and selected.get(found[0]) != found[1]:
+                selected[found[0]] = found[1]
+                clicks.append(f"click[{found[1]}]")
+        return clicks
+
     # -- info -------------------------------------------------------------------------------
     def _anchor(self) -> Hashable:
         s = self.state
@@ -458,6 +533,10 @@ class WebShopEnv(TextEnv):
 
     def _task(self) -> str:
         return self.goal.instruction if self.goal else "(reset the environment first)"
+
+    def _step_costs(self, tr: Transition) -> dict[str, float]:
+        # over_budget: 1.0 at a purchase whose price is above the goal's limit (r_price = 0).
+        return {**super()._step_costs(tr), "over_budget": self._over_budget}
 
     def _extra_info(self) -> dict[str, Any]:
         goal = self.goal

@@ -29,10 +29,9 @@ def main(out: Path) -> None:
         model, pad = make_model(name)
         samples = make_samples()
         lo, hi = shard(len(samples), dist.world, dist.rank)
-        learner = Learner(
-            model, LearnerConfig(**case), pad, max_response_tokens=6, dist=dist
-        )
+        learner = Learner(model, LearnerConfig(**case), pad, max_response_tokens=6, dist=dist)
         metrics = learner.update(samples[lo:hi], np.random.default_rng(0))
+        rank_metrics = dist.gather(metrics)  # global figures are equal on every rank
         state = full_state_dict(learner.model)
         grads = {}  # the clipped, reduced gradient the optimiser stepped with
         for n, p in learner.model.named_parameters():
@@ -41,7 +40,10 @@ def main(out: Path) -> None:
             g = p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
             grads[n.removeprefix("module.")] = g.detach().clone()
         if dist.is_main:
-            torch.save({"params": state, "grads": grads, "metrics": metrics}, out / f"{name}.pt")
+            torch.save(
+                {"params": state, "grads": grads, "metrics": metrics, "ranks": rank_metrics},
+                out / f"{name}.pt",
+            )
     shutdown(dist)
 
 
