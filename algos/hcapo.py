@@ -33,13 +33,12 @@ All N steps are scored in two batched scorer calls.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from agentrl.algos.grpo import GRPOConfig, grpo_traj_advantage
-from agentrl.algos.relace import augmented_contexts, retrospective_weights
+from agentrl.algos.relace import hindsight_delta, retrospective_weights
 from agentrl.configuration import check
 from agentrl.credit import Advantages, Scorer, register_estimator
 from agentrl.credit.batch import StepBatch
@@ -97,26 +96,9 @@ def hcapo_advantage(
 def hcapo(batch: StepBatch, graph: object, cfg: HCAPOConfig, *, scorer: Scorer) -> Advantages:
     """HCAPO advantage per step: (N,) float64 = A^GRPO_i·(1 + ω(ρ̃_{i,t} − 1)) (see the
     module)."""
-    if batch.texts is None:
-        raise ValueError(
-            "hcapo rescores each step's response, so the batch needs its texts "
-            "(batch.texts is None); build it with StepBatch.from_groups from rollouts"
-        )
     if batch.n_steps == 0:
         return Advantages(step=np.zeros(0), metrics={})
-    texts = batch.texts
-    aug = augmented_contexts(
-        texts.prompts, batch.step_traj, batch.traj_won, texts.final_obs, cfg.max_obs_chars
-    )
-    t0 = time.perf_counter()
-    l0 = np.asarray(scorer.score(list(texts.prompts), list(texts.responses)), dtype=np.float64)
-    l1 = np.asarray(scorer.score(aug, list(texts.responses)), dtype=np.float64)
-    score_time = time.perf_counter() - t0
-    if l0.shape != (batch.n_steps,) or l1.shape != (batch.n_steps,):
-        raise ValueError(f"scorer returned shapes {l0.shape}, {l1.shape}; expected (N,)")
-    if not (np.all(np.isfinite(l0)) and np.all(np.isfinite(l1))):
-        raise FloatingPointError("hcapo: the scorer returned non-finite log-probs")
-    delta = l1 - l0
+    delta, score_time = hindsight_delta(batch, scorer, cfg.max_obs_chars, "hcapo")
     adv, rho = hcapo_advantage(batch, delta, cfg)
     metrics = {
         "delta_mean": float(delta.mean()),

@@ -199,19 +199,23 @@ def relace_step_term(
     return dict(w=w, ret=ret, weighted=weighted, local=local, smoothed=smoothed, step=step)
 
 
-@register_estimator("relace", config=RELACEConfig, needs_scorer=True)
-def relace(batch: StepBatch, graph: object, cfg: RELACEConfig, *, scorer: Scorer) -> Advantages:
-    """RELACE advantage per step: (N,) float64 = A^GRPO_i + ω·Ā_{i,t} (see the module)."""
+def hindsight_delta(
+    batch: StepBatch, scorer: Scorer, max_obs_chars: int, name: str
+) -> tuple[np.ndarray, float]:
+    """(N,) float64 log π(a|s, outcome) − log π(a|s) of every step, and the scoring time.
+
+    Each response is scored twice by ``scorer``: after its own prompt, and after the prompt
+    with the trajectory's outcome prepended (:func:`augmented_contexts`). Shared by RELACE
+    and HCAPO; ``name`` goes into the error messages.
+    """
     if batch.texts is None:
         raise ValueError(
-            "relace rescores each step's response, so the batch needs its texts "
+            f"{name} rescores each step's response, so the batch needs its texts "
             "(batch.texts is None); build it with StepBatch.from_groups from rollouts"
         )
-    if batch.n_steps == 0:
-        return Advantages(step=np.zeros(0), metrics={})
     texts = batch.texts
     aug = augmented_contexts(
-        texts.prompts, batch.step_traj, batch.traj_won, texts.final_obs, cfg.max_obs_chars
+        texts.prompts, batch.step_traj, batch.traj_won, texts.final_obs, max_obs_chars
     )
     t0 = time.perf_counter()
     l0 = np.asarray(scorer.score(list(texts.prompts), list(texts.responses)), dtype=np.float64)
@@ -220,8 +224,16 @@ def relace(batch: StepBatch, graph: object, cfg: RELACEConfig, *, scorer: Scorer
     if l0.shape != (batch.n_steps,) or l1.shape != (batch.n_steps,):
         raise ValueError(f"scorer returned shapes {l0.shape}, {l1.shape}; expected (N,)")
     if not (np.all(np.isfinite(l0)) and np.all(np.isfinite(l1))):
-        raise FloatingPointError("relace: the scorer returned non-finite log-probs")
-    delta = l1 - l0  # (N,)
+        raise FloatingPointError(f"{name}: the scorer returned non-finite log-probs")
+    return l1 - l0, score_time
+
+
+@register_estimator("relace", config=RELACEConfig, needs_scorer=True)
+def relace(batch: StepBatch, graph: object, cfg: RELACEConfig, *, scorer: Scorer) -> Advantages:
+    """RELACE advantage per step: (N,) float64 = A^GRPO_i + ω·Ā_{i,t} (see the module)."""
+    if batch.n_steps == 0:
+        return Advantages(step=np.zeros(0), metrics={})
+    delta, score_time = hindsight_delta(batch, scorer, cfg.max_obs_chars, "relace")
     terms = relace_step_term(batch, delta, cfg)
     episode = grpo_traj_advantage(
         batch.traj_return,

@@ -202,8 +202,8 @@ def test_an_unloadable_hub_id_fails_with_agentrls_message(monkeypatch):
 
 
 def test_thread_choice():
-    assert choose_num_threads(3, True, 2, 0.0, None) == (3, "trainer.num_threads")
-    assert choose_num_threads(0, False, 8, 0.0, "1") == (1, "OMP_NUM_THREADS")
-    assert choose_num_threads(0, True, 8, 0.0, None)[0] == 1
-    assert choose_num_threads(0, False, 8, 3.2, None)[0] == 5
-    assert choose_num_threads(0, False, 2, 7.0, "")[0] == 1
+    assert choose_num_threads(3, 2, 0.0, None) == (3, "trainer.num_threads")
+    assert choose_num_threads(0, 8, 0.0, "1") == (1, "OMP_NUM_THREADS")
+    assert choose_num_threads(0, 2, 0.1, None)[0] == 2  # idle: every core
+    assert choose_num_threads(0, 8, 3.2, None)[0] == 5  # three cores are busy
+    assert choose_num_threads(0, 2, 7.0, "")[0] == 1  # overloaded: never below 1

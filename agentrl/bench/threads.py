@@ -94,9 +94,9 @@ def run(
             )
     lines += [
         "",
-        "`trainer.num_threads=0` (the default) picks 1 thread for the tiny model on CPU, "
-        "`OMP_NUM_THREADS` when set, and otherwise the cores the load average leaves free; "
-        "the run logs its choice.",
+        "`trainer.num_threads=0` (the default) uses `OMP_NUM_THREADS` when set, otherwise the "
+        "cores the load average leaves free (all of them when idle, one here when a busy "
+        "process runs beside it); the run logs its choice.",
     ]
     path = Path(out_dir) / "threads.md"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -279,7 +279,6 @@ def train_sft(run_cfg: RunConfig, cfg: SFTConfig, out_dir: str | Path) -> dict[s
     device = _device(run_cfg.trainer.device)
     threads, why = choose_num_threads(
         run_cfg.trainer.num_threads,
-        tiny_model=not run_cfg.model.name_or_path,
         cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         load=os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0,
         omp_env=os.environ.get("OMP_NUM_THREADS"),

@@ -130,34 +130,28 @@ def format_trajectory(group: TrajectoryGroup, index: int = 0) -> str:
     return "  \n".join(lines)
 
 
-TINY_THREADS = 1
-"""Threads for the tiny model on CPU: its matrices are too small for intra-op parallelism to
-pay, and a second thread that competes with other processes for the cores made an iteration
-5-13x slower here (results/threads.md)."""
-
-
 def choose_num_threads(
-    requested: int, tiny_model: bool, cores: int, load: float, omp_env: str | None
+    requested: int, cores: int, load: float, omp_env: str | None
 ) -> tuple[int, str]:
     """The torch intra-op thread count for a CPU run, and why.
 
     Args:
         requested: ``trainer.num_threads`` (0 = choose).
-        tiny_model: whether the policy is the tiny model built from a config.
         cores: CPUs this process may run on.
         load: the 1-minute load average before the run starts (other processes' work).
         omp_env: the ``OMP_NUM_THREADS`` environment variable (torchrun sets it to 1).
 
     torch's default is one thread per core, whatever else runs: on a shared machine the threads
     then oversubscribe the cores and wait on each other. So: an explicit request wins, then
-    ``OMP_NUM_THREADS``, then 1 for the tiny model, else the cores left free by the load.
+    ``OMP_NUM_THREADS``, else the cores the load average leaves free. Measured on the default
+    job (results/threads.md): on an idle 2-core machine 2 threads take 0.71x the time of 1;
+    beside one busy process they take 2.8x, and with the machine loaded by 5 other jobs
+    36-75 s per iteration against 6-7 s.
     """
     if requested > 0:
         return requested, "trainer.num_threads"
     if omp_env and omp_env.strip().isdigit() and int(omp_env) > 0:
         return int(omp_env), "OMP_NUM_THREADS"
-    if tiny_model:
-        return TINY_THREADS, "tiny model"
     free = max(1, cores - round(load))
     return free, f"{cores} cores, load {load:.1f}"
 
@@ -489,7 +483,6 @@ class Trainer:
             (out_dir / "run_config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         threads, why = choose_num_threads(
             tc.num_threads,
-            tiny_model=not cfg.model.name_or_path,
             cores=len(os.sched_getaffinity(0))
             if hasattr(os, "sched_getaffinity")
             else os.cpu_count(),

@@ -35,7 +35,7 @@ class TrainerConfig:
     """``auto`` uses CUDA when available."""
     num_threads: int = 0
     """torch CPU threads; 0 = choose (see :func:`agentrl.run.trainer.choose_num_threads`):
-    ``OMP_NUM_THREADS`` when set, 1 for the tiny model, else the cores not already busy."""
+    ``OMP_NUM_THREADS`` when set, else the cores the load average leaves free."""
     dist_timeout_s: float = 1800.0
     """Under torchrun: how long any collective may wait for the other ranks before the job
     fails (a hung or dead rank then stops every rank instead of hanging them)."""
