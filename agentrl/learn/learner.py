@@ -407,18 +407,24 @@ def forward_chunk(
 def micro_batches(samples: Sequence[Sample], token_budget: int) -> list[list[Sample]]:
     """Split ``samples`` into consecutive chunks whose padded size stays within the budget
     (a single sample larger than the budget forms its own chunk)."""
-    chunks: list[list[Sample]] = []
-    cur: list[Sample] = []
     # Similar lengths together waste less padding, identical prompts together can share one
     # forward pass; the order within a mini-batch is irrelevant.
     samples = sorted(samples, key=lambda s: (len(s.prompt_ids), s.prompt_ids, len(s.response_ids)))
+    lengths = [len(s.prompt_ids) + len(s.response_ids) for s in samples]
+    return [[samples[i] for i in c] for c in budget_chunks(lengths, token_budget)]
+
+
+def budget_chunks(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
+    """Consecutive indices of ``lengths`` grouped into chunks of at most ``token_budget`` padded
+    tokens (rows × longest); an item longer than the budget forms its own chunk."""
+    chunks: list[list[int]] = []
+    cur: list[int] = []
     width = 0
-    for s in samples:
-        n = len(s.prompt_ids) + len(s.response_ids)
+    for i, n in enumerate(lengths):
         if cur and max(width, n) * (len(cur) + 1) > token_budget:
             chunks.append(cur)
             cur, width = [], 0
-        cur.append(s)
+        cur.append(i)
         width = max(width, n)
     if cur:
         chunks.append(cur)

@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from agentrl.learn.learner import budget_chunks
+
 VALUE_HEAD_FILE = "value_head.safetensors"
 """A value head saved next to a checkpoint's weights: tensors ``weight`` (1, H) and ``bias``
 (1,), metadata (e.g. the discount γ of its targets) as JSON under the key ``agentrl``."""
@@ -70,19 +72,9 @@ def prompt_hidden(model, prompts: Sequence[Sequence[int]], pad_id: int) -> torch
 def token_chunks(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
     """Indices grouped into chunks of at most ``token_budget`` padded tokens (rows × longest),
     similar lengths together; one item longer than the budget forms its own chunk."""
-    chunks: list[list[int]] = []
-    cur: list[int] = []
-    width = 0
-    for i in sorted(range(len(lengths)), key=lambda k: lengths[k]):
-        n = lengths[i]
-        if cur and max(width, n) * (len(cur) + 1) > token_budget:
-            chunks.append(cur)
-            cur, width = [], 0
-        cur.append(i)
-        width = max(width, n)
-    if cur:
-        chunks.append(cur)
-    return chunks
+    order = sorted(range(len(lengths)), key=lambda k: lengths[k])
+    chunks = budget_chunks([lengths[k] for k in order], token_budget)
+    return [[order[i] for i in c] for c in chunks]
 
 
 @torch.no_grad()
