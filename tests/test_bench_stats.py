@@ -60,6 +60,15 @@ def test_pairing_removes_the_shared_seed_effect():
     assert compare_pair("b", "a", b, a).verdict == "worse"
 
 
+def test_verdict_needs_both_intervals():
+    # One bad seed of five: the percentile bootstrap excludes 0, the paired t-interval does not.
+    d = np.array([0.1, 0.1, 0.1, 0.1, -0.05])
+    p = compare_pair("a", "b", d, np.zeros(5))
+    assert p.boot[0] > 0 and p.t[0] < 0
+    assert p.verdict == "not resolved"
+    assert compare_pair("a", "b", d + 0.1, np.zeros(5)).verdict == "better"
+
+
 def test_all_pairs_and_table():
     pairs = all_pairs({"x": [1, 2, 3], "y": [1, 2, 3], "z": [0, 1, 2]})
     assert [(p.a, p.b) for p in pairs] == [("x", "y"), ("x", "z"), ("y", "z")]

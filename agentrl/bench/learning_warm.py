@@ -47,6 +47,9 @@ SFT = [
     "rollout.history_length=0",
     "sft.steps=1500",
     "sft.episodes=512",
+    # A value head fitted to the demonstrations' returns, so CFP (GAE with a fresh critic) can be
+    # compared with a pretrained critic on the same actor; the other methods ignore it.
+    "sft.value_coef=0.5",
 ]
 BUDGET = [
     *TASK,
@@ -72,15 +75,43 @@ METHODS: dict[str, list[str]] = {
     "relace": ["algo=relace"],
     "gae": ["algo=gae"],
 }
-"""Method name → the overrides that select it (on top of :data:`BUDGET`)."""
+"""The core methods (the issue's list): name → the overrides that select it (on top of
+:data:`BUDGET`). Every pair among them gets a verdict."""
+EXTRA: dict[str, list[str]] = {
+    # CFP (seed 001): the same GAE learner with the critic the warm start fitted, against the
+    # fresh critic of ``gae``.
+    "gae_pretrained": ["algo=gae", "algo.critic_init=pretrained"],
+}
+"""Methods that join with ``--methods``: these, the policy objectives of
+:data:`agentrl.bench.learning.OBJECTIVES`, and any registered estimator without a rollout
+driver (by its name). Each is compared with ``grpo`` (the baseline it modifies)."""
 BATCH = 8 * 8
 
 
-def _available(name: str) -> bool:
+def method_args(name: str) -> list[str] | None:
+    """The overrides of method ``name`` (estimator learner hints included), or None when it
+    is unknown, its estimator is not registered here, or it needs a rollout driver (its
+    episodes are not the trainer's, so the env-step axis would not compare)."""
+    from agentrl.bench.learning import OBJECTIVES
     from agentrl.credit import get_estimator, list_estimators
 
-    algo = METHODS[name][0].split("=", 1)[1]
-    return algo in list_estimators() and not get_estimator(algo).driver
+    args = METHODS.get(name) or EXTRA.get(name) or OBJECTIVES.get(name)
+    if args is None:
+        args = [f"algo={name}"]
+    algo = next(a.split("=", 1)[1] for a in args if a.startswith("algo="))
+    if algo not in list_estimators() or get_estimator(algo).driver:
+        return None
+    given = {a.split("=", 1)[0] for a in args}
+    hints = [f"learner.{k}={v}" for k, v in get_estimator(algo).learner_hints]
+    return [*args, *(h for h in hints if h.split("=", 1)[0] not in given)]
+
+
+def known_methods() -> list[str]:
+    """Every name ``--methods`` accepts."""
+    from agentrl.bench.learning import OBJECTIVES
+    from agentrl.credit import list_estimators
+
+    return sorted({*METHODS, *EXTRA, *OBJECTIVES, *list_estimators()})
 
 
 def warm_start(work: Path, noise: float, log=print) -> Path:
@@ -100,15 +131,12 @@ def warm_start(work: Path, noise: float, log=print) -> Path:
 
 def _run(method: str, seed: int, init: Path, iterations: int, eval_every: int, out: Path):
     if not (out / "metrics.jsonl").exists() or not (out / "checkpoints" / "latest").exists():
-        from agentrl.credit import get_estimator
-
-        algo = METHODS[method][0].split("=", 1)[1]
-        hints = [f"learner.{k}={v}" for k, v in get_estimator(algo).learner_hints]
         run_agentrl(
             [
                 *BUDGET,
-                *METHODS[method],
-                *hints,
+                *method_args(method),
+                # One thread each: runs go side by side (--jobs) on a small machine.
+                "trainer.num_threads=1",
                 f"model.name_or_path={init}",
                 f"trainer.seed={seed}",
                 f"trainer.steps={iterations}",
@@ -127,32 +155,46 @@ def _run(method: str, seed: int, init: Path, iterations: int, eval_every: int, o
     return {"method": method, "seed": seed, "x": xs, "y": ys, "env_steps": total}
 
 
+def _finished(out: Path) -> bool:
+    return (out / "metrics.jsonl").exists() and (out / "checkpoints" / "latest").exists()
+
+
 def run(out_dir: str = "results", quick: bool = False, log=print, argv: list[str] | None = None):
     p = argparse.ArgumentParser(prog="python -m agentrl.bench learning-warm")
     p.add_argument("--methods", default="grpo,rloo,gigpo,crbc,crbc_k1,gagpo,relace,gae")
     p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--extra-methods", default="", help="compared with grpo only")
+    p.add_argument("--extra-seeds", type=int, default=3)
     p.add_argument("--iterations", type=int, default=20)
     p.add_argument("--eval-every", type=int, default=4)
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--noise", type=float, default=0.5)
-    p.add_argument("--report-only", action="store_true")
+    p.add_argument("--report-only", action="store_true", help="report the finished runs only")
     opts = p.parse_args(argv or [])
-    methods = [m for m in opts.methods.split(",") if m]
-    unknown = [m for m in methods if m not in METHODS]
+    core = [m for m in opts.methods.split(",") if m]
+    extra = [m for m in opts.extra_methods.split(",") if m and m not in core]
+    unknown = [m for m in core + extra if m not in known_methods()]
     if unknown:
-        raise SystemExit(f"unknown methods {unknown}; valid: {sorted(METHODS)}")
-    skipped = [m for m in methods if not _available(m)]
-    methods = [m for m in methods if m not in skipped]
-    seeds, iterations, eval_every = list(range(opts.seeds)), opts.iterations, opts.eval_every
+        raise SystemExit(f"unknown methods {unknown}; valid: {known_methods()}")
+    skipped = [m for m in core + extra if method_args(m) is None]
+    core = [m for m in core if m not in skipped]
+    extra = [m for m in extra if m not in skipped]
+    seeds, extra_seeds = list(range(opts.seeds)), list(range(opts.extra_seeds))
+    iterations, eval_every = opts.iterations, opts.eval_every
     if quick:
-        methods, seeds, iterations, eval_every = methods[:2], seeds[:2], 2, 1
+        core, extra, seeds, iterations, eval_every = core[:2], [], seeds[:2], 2, 1
     out = Path(out_dir)
     work = out / ".learning_warm_runs"
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    init = warm_start(work, opts.noise, log)
-    jobs = [(m, s) for s in seeds for m in methods]
-    log(f"[learning-warm] {len(jobs)} runs: {methods} x seeds {seeds}")
+    # Seed-major, core methods first: a benchmark cut short still has every core method paired.
+    jobs = [(m, s) for s in seeds for m in core] + [(m, s) for s in extra_seeds for m in extra]
+    if opts.report_only:
+        jobs = [(m, s) for m, s in jobs if _finished(work / f"{m}_seed{s}")]
+        init = work / f"sft_noise{opts.noise:g}"
+    else:
+        init = warm_start(work, opts.noise, log)
+    log(f"[learning-warm] {len(jobs)} runs: {core} x seeds {seeds}, {extra} x {extra_seeds}")
 
     def one(job):
         m, s = job
@@ -162,72 +204,136 @@ def run(out_dir: str = "results", quick: bool = False, log=print, argv: list[str
 
     with ThreadPoolExecutor(max_workers=max(1, opts.jobs)) as pool:
         results = list(pool.map(one, jobs))
-    wall = time.perf_counter() - t0
-    by = {
-        m: sorted((r for r in results if r["method"] == m), key=lambda r: r["seed"])
-        for m in methods
-    }
-    final = {m: [r["y"][-1] for r in rs] for m, rs in by.items()}
-    areas = {m: [auc(r["x"], r["y"]) for r in rs] for m, rs in by.items()}
-    start = [r["y"][0] for r in by[methods[0]]]
+    wall = sum(float((work / f"{m}_seed{s}" / "wall_s").read_text()) for m, s in jobs
+               if (work / f"{m}_seed{s}" / "wall_s").exists())  # fmt: skip
     command = (
-        f"python -m agentrl.bench learning-warm --methods {','.join(methods)} --seeds "
-        f"{len(seeds)} --iterations {iterations} --eval-every {eval_every} --noise {opts.noise}"
+        f"python -m agentrl.bench learning-warm --methods {','.join(core)} --seeds {len(seeds)}"
+        + (f" --extra-methods {','.join(extra)} --extra-seeds {len(extra_seeds)}" if extra else "")
+        + f" --iterations {iterations} --eval-every {eval_every} --noise {opts.noise}"
     )
-    lines = [
-        "# Learning from a warm start: can the benchmark tell credit methods apart?",
-        "",
-        *header(("torch", "transformers"), command, quick),
-        f"Wall time {wall / 60:.1f} min ({opts.jobs} runs at a time).",
-        "",
+    setting = (
         "Task: "
         + " ".join(f"`{b}`" for b in TASK)
         + ". Budget per run: "
         + " ".join(f"`{b}`" for b in BUDGET[len(TASK) :])
         + f", `trainer.steps={iterations}` ({iterations * BATCH} episodes), evaluation every "
         f"{eval_every} iterations on 64 held-out levels (greedy). Every run starts from one "
-        f"supervised checkpoint (solver plans with {opts.noise:.0%} of the moves random).",
-        f"Start: eval success {np.mean(start):.3f} (the same weights and levels for every method).",
-        "",
-        "| method | seeds | final success (95% t) | AUC over env steps (95% t) |",
-        "|---|---:|---|---|",
-    ]
-    for m in methods:
-        f, a = t_interval(final[m]), t_interval(areas[m])
-        lines.append(
-            f"| {m} | {len(final[m])} | {f[0]:.3f} [{f[1]:.3f}, {f[2]:.3f}] "
-            f"| {a[0]:.3f} [{a[1]:.3f}, {a[2]:.3f}] |"
-        )
-    lines += ["", "## Pairwise: area under the curve", ""]
-    lines += pairs_table(all_pairs(areas), "AUC")
-    lines += ["", "## Pairwise: final success", ""]
-    lines += pairs_table(all_pairs(final), "final success")
+        f"supervised checkpoint (solver plans with {opts.noise:.0%} of the moves random; "
+        + " ".join(f"`{a}`" for a in SFT)
+        + "). Runs are single-threaded processes, "
+        f"{opts.jobs} at a time; {wall / 60:.0f} min of run time in all."
+    )
+    head = [*header(("torch", "transformers"), command, quick), "", setting]
+    lines = build_report(results, core, extra, head)
     if skipped:
-        lines += ["", f"Not run (not registered here): {', '.join(skipped)}."]
+        lines += ["", f"Not run (not registered here, or needs a rollout driver): {skipped}."]
     lines += ["", "![success vs environment steps](learning_warm.png)", ""]
     (out / "learning_warm.md").write_text("\n".join(lines))
-    _plot(by, out / "learning_warm.png")
-    log(f"[learning-warm] wrote {out / 'learning_warm.md'}")
-    return {"final": final, "auc": areas}
+    _plot(results, core, extra, out / "learning_warm.png")
+    took = (time.perf_counter() - t0) / 60
+    log(f"[learning-warm] wrote {out / 'learning_warm.md'} ({took:.1f} min)")
+    return results
 
 
-def _plot(by: dict[str, list[dict]], path: Path) -> None:
-    """Mean success over seeds against environment steps, with a min–max band."""
+def _by_method(results: list[dict], methods: list[str]) -> dict[str, list[dict]]:
+    return {
+        m: sorted((r for r in results if r["method"] == m), key=lambda r: r["seed"])
+        for m in methods
+        if any(r["method"] == m for r in results)
+    }
+
+
+def _paired(by: dict[str, list[dict]], key) -> dict[str, list[float]]:
+    """Per-method figures on the seeds every listed method has (the pairing)."""
+    common = set.intersection(*({r["seed"] for r in rs} for rs in by.values())) if by else set()
+    return {m: [key(r) for r in rs if r["seed"] in common] for m, rs in by.items()}
+
+
+def _final(r: dict) -> float:
+    return r["y"][-1]
+
+
+def _auc(r: dict) -> float:
+    return auc(r["x"], r["y"])
+
+
+def build_report(
+    results: list[dict], core: list[str], extra: list[str], head: list[str]
+) -> list[str]:
+    """The report's lines: a table per group (final success and AUC with 95% t-intervals over
+    seeds), the verdicts of every pair of core methods, and each extra method against grpo.
+
+    Args:
+        results: one dict per run: ``method``, ``seed``, ``x`` (environment steps at each
+            evaluation), ``y`` (eval success there; the first at iteration 0).
+        core, extra: method names in report order (methods without results are left out).
+        head: the report's opening lines (machine, command).
+    """
+    lines = ["# Learning from a warm start: can the benchmark tell credit methods apart?", ""]
+    lines += [*head, ""]
+    by_core, by_extra = _by_method(results, core), _by_method(results, extra)
+    if by_core:
+        start = [r["y"][0] for r in next(iter(by_core.values()))]
+        lines += [
+            f"Start: eval success {np.mean(start):.3f} over {len(start)} seeds (iteration 0: "
+            "the same weights and levels for every method).",
+            "",
+        ]
+    for title, by in (("Core methods", by_core), ("Joined with a flag", by_extra)):
+        if not by:
+            continue
+        lines += [
+            f"## {title}",
+            "",
+            "| method | seeds | final success (95% t) | AUC over env steps (95% t) |",
+            "|---|---:|---|---|",
+        ]
+        for m, rs in by.items():
+            f = t_interval([_final(r) for r in rs])
+            a = t_interval([_auc(r) for r in rs])
+            lines.append(
+                f"| {m} | {len(rs)} | {f[0]:.3f} [{f[1]:.3f}, {f[2]:.3f}] "
+                f"| {a[0]:.3f} [{a[1]:.3f}, {a[2]:.3f}] |"
+            )
+        lines.append("")
+    if len(by_core) > 1:
+        for what, key in (("AUC", _auc), ("final success", _final)):
+            lines += [f"## Core pairs: {what}", ""]
+            lines += [*pairs_table(all_pairs(_paired(by_core, key)), what), ""]
+    if by_extra and "grpo" in by_core:
+        for what, key in (("AUC", _auc), ("final success", _final)):
+            lines += [f"## Against grpo: {what}", ""]
+            pairs = [
+                all_pairs(_paired({m: rs, "grpo": by_core["grpo"]}, key))[0]
+                for m, rs in by_extra.items()
+            ]
+            lines += [*pairs_table(pairs, what), ""]
+    return lines
+
+
+def _plot(results: list[dict], core: list[str], extra: list[str], path: Path) -> None:
+    """Mean success over seeds against environment steps, with a min–max band: core methods
+    on the left, the extra methods (with grpo for reference) on the right."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for m, rs in by.items():
-        n = min(len(r["y"]) for r in rs)
-        x = np.mean([r["x"][:n] for r in rs], axis=0)
-        y = np.array([r["y"][:n] for r in rs])
-        ax.plot(x, y.mean(axis=0), label=m)
-        ax.fill_between(x, y.min(axis=0), y.max(axis=0), alpha=0.15)
-    ax.set_xlabel("environment steps")
-    ax.set_ylabel("eval success")
-    ax.legend(fontsize=8)
+    panels = [("core methods", core)] + (
+        [("joined with a flag", ["grpo", *extra])] if extra else []
+    )
+    fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 4.5), squeeze=False)
+    for ax, (title, methods) in zip(axes[0], panels, strict=True):
+        for m, rs in _by_method(results, methods).items():
+            n = min(len(r["y"]) for r in rs)
+            x = np.mean([r["x"][:n] for r in rs], axis=0)
+            y = np.array([r["y"][:n] for r in rs])
+            ax.plot(x, y.mean(axis=0), label=f"{m} ({len(rs)})")
+            ax.fill_between(x, y.min(axis=0), y.max(axis=0), alpha=0.12)
+        ax.set_title(title)
+        ax.set_xlabel("environment steps")
+        ax.set_ylabel("eval success (greedy)")
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -1,0 +1,59 @@
+"""The warm-start learning benchmark's method resolution and report (no training runs)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from agentrl.bench import learning_warm as lw
+
+
+def test_method_args_resolve_core_extra_objective_and_estimator():
+    assert lw.method_args("grpo") == ["algo=grpo"]
+    # Learner hints of the estimator are added unless the method sets them itself.
+    gagpo = lw.method_args("gagpo")
+    assert gagpo[0] == "algo=gagpo" and "learner.ratio_level=step" in gagpo
+    assert lw.method_args("gae_pretrained") == ["algo=gae", "algo.critic_init=pretrained"]
+    assert "learner.loss=klpo" in lw.method_args("klpo")
+    assert lw.method_args("bv_blend") == ["algo=bv_blend"]
+    # PS-PPO drives its own rollouts: its episodes are not on the same env-step axis.
+    assert lw.method_args("psppo") is None
+    assert lw.method_args("no_such_method") is None
+    assert "no_such_method" not in lw.known_methods() and "hcapo" in lw.known_methods()
+
+
+def test_unknown_method_names_the_valid_ones(tmp_path):
+    with pytest.raises(SystemExit, match=r"unknown methods.*valid:.*grpo"):
+        lw.run(str(tmp_path), argv=["--methods", "grpo,nope"])
+
+
+def _results(method: str, finals: list[float], start: float = 0.3) -> list[dict]:
+    return [
+        {"method": method, "seed": s, "x": [0.0, 100.0, 200.0], "y": [start, (start + f) / 2, f]}
+        for s, f in enumerate(finals)
+    ]
+
+
+def test_report_gives_core_verdicts_and_extras_against_grpo():
+    rng = np.random.default_rng(0)
+    base = list(0.3 + 0.05 * rng.random(5))
+    results = (
+        _results("grpo", base)
+        + _results("crbc", [b + 0.2 for b in base])  # better on every seed
+        + _results("gigpo", [b + 0.02 * (-1) ** s for s, b in enumerate(base)])  # a wash
+        + _results("cispo", [b - 0.2 for b in base[:3]])  # 3 seeds, worse
+    )
+    lines = lw.build_report(results, ["grpo", "gigpo", "crbc"], ["cispo", "absent"], ["head"])
+    text = "\n".join(lines)
+    row = next(line for line in lines if line.startswith("| grpo | crbc |"))
+    assert row.endswith("| worse |") and "| 5 |" in row
+    row = next(line for line in lines if line.startswith("| gigpo | crbc |"))
+    assert row.endswith("| worse |")
+    row = next(line for line in lines if line.startswith("| grpo | gigpo |"))
+    assert row.endswith("| not resolved |")
+    # The extra method is paired with grpo on the 3 seeds both have.
+    row = next(line for line in lines if line.startswith("| cispo | grpo |"))
+    assert "| 3 |" in row and row.endswith("| worse |")
+    assert "absent" not in text and "Start: eval success 0.300 over 5 seeds" in text
+    final_row = next(line for line in lines if line.startswith("| crbc | 5 |"))
+    assert f"{np.mean(base) + 0.2:.3f}" in final_row
