@@ -42,8 +42,11 @@ def test_report_gives_core_verdicts_and_extras_against_grpo():
         + _results("crbc", [b + 0.2 for b in base])  # better on every seed
         + _results("gigpo", [b + 0.02 * (-1) ** s for s, b in enumerate(base)])  # a wash
         + _results("cispo", [b - 0.2 for b in base[:3]])  # 3 seeds, worse
+        + _results("rloo", base[:2])  # 2 seeds so far: pairs with rloo use 2, the others 5
     )
-    lines = lw.build_report(results, ["grpo", "gigpo", "crbc"], ["cispo", "absent"], ["head"])
+    lines = lw.build_report(
+        results, ["grpo", "gigpo", "crbc", "rloo"], ["cispo", "absent"], ["head"]
+    )
     text = "\n".join(lines)
     row = next(line for line in lines if line.startswith("| grpo | crbc |"))
     assert row.endswith("| worse |") and "| 5 |" in row
@@ -51,6 +54,7 @@ def test_report_gives_core_verdicts_and_extras_against_grpo():
     assert row.endswith("| worse |")
     row = next(line for line in lines if line.startswith("| grpo | gigpo |"))
     assert row.endswith("| not resolved |")
+    assert "| grpo | rloo | 2 |" in text
     # The extra method is paired with grpo on the 3 seeds both have.
     row = next(line for line in lines if line.startswith("| cispo | grpo |"))
     assert "| 3 |" in row and row.endswith("| worse |")

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from agentrl.bench._report import header, run_agentrl
-from agentrl.bench.stats import all_pairs, auc, pairs_table, t_interval
+from agentrl.bench.stats import PairVerdict, auc, compare_pair, pairs_table, t_interval
 
 TASK = ["env=sokoban", "env.dim_room=[7,7]", "env.num_boxes=2", "env.max_steps=30"]
 # The default tiny model (64 wide, 2 layers) only learns to answer with a valid move from
@@ -243,10 +243,12 @@ def _by_method(results: list[dict], methods: list[str]) -> dict[str, list[dict]]
     }
 
 
-def _paired(by: dict[str, list[dict]], key) -> dict[str, list[float]]:
-    """Per-method figures on the seeds every listed method has (the pairing)."""
-    common = set.intersection(*({r["seed"] for r in rs} for rs in by.values())) if by else set()
-    return {m: [key(r) for r in rs if r["seed"] in common] for m, rs in by.items()}
+def _pair(a: str, ra: list[dict], b: str, rb: list[dict], key) -> PairVerdict:
+    """A against B on the seeds both have (the pairing), by ``key`` of each run."""
+    seeds = sorted({r["seed"] for r in ra} & {r["seed"] for r in rb})
+    xa = {r["seed"]: key(r) for r in ra}
+    xb = {r["seed"]: key(r) for r in rb}
+    return compare_pair(a, b, [xa[s] for s in seeds], [xb[s] for s in seeds])
 
 
 def _final(r: dict) -> float:
@@ -299,14 +301,17 @@ def build_report(
     if len(by_core) > 1:
         for what, key in (("AUC", _auc), ("final success", _final)):
             lines += [f"## Core pairs: {what}", ""]
-            lines += [*pairs_table(all_pairs(_paired(by_core, key)), what), ""]
+            names = list(by_core)
+            pairs = [
+                _pair(a, by_core[a], b, by_core[b], key)
+                for i, a in enumerate(names)
+                for b in names[i + 1 :]
+            ]
+            lines += [*pairs_table(pairs, what), ""]
     if by_extra and "grpo" in by_core:
         for what, key in (("AUC", _auc), ("final success", _final)):
             lines += [f"## Against grpo: {what}", ""]
-            pairs = [
-                all_pairs(_paired({m: rs, "grpo": by_core["grpo"]}, key))[0]
-                for m, rs in by_extra.items()
-            ]
+            pairs = [_pair(m, rs, "grpo", by_core["grpo"], key) for m, rs in by_extra.items()]
             lines += [*pairs_table(pairs, what), ""]
     return lines
 
