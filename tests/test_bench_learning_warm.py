@@ -29,7 +29,13 @@ def test_unknown_method_names_the_valid_ones(tmp_path):
 
 def _results(method: str, finals: list[float], start: float = 0.3) -> list[dict]:
     return [
-        {"method": method, "seed": s, "x": [0.0, 100.0, 200.0], "y": [start, (start + f) / 2, f]}
+        {
+            "method": method,
+            "seed": s,
+            "x": [0.0, 100.0, 200.0],
+            "y": [start, (start + f) / 2, f],
+            "train": [start, f],
+        }
         for s, f in enumerate(finals)
     ]
 
@@ -60,4 +66,7 @@ def test_report_gives_core_verdicts_and_extras_against_grpo():
     assert "| 3 |" in row and row.endswith("| worse |")
     assert "absent" not in text and "Start: eval success 0.300 over 5 seeds" in text
     final_row = next(line for line in lines if line.startswith("| crbc | 5 |"))
-    assert f"{np.mean(base) + 0.2:.3f}" in final_row
+    cells = final_row.split("|")
+    assert cells[3].strip().startswith(f"{0.3 + (np.mean(base) + 0.2 - 0.3) / 2:.3f}")  # training
+    assert cells[5].strip().startswith(f"{np.mean(base) + 0.2:.3f}")  # final eval
+    assert text.count("## Core pairs:") == 3 and text.count("## Against grpo:") == 3
