@@ -57,12 +57,13 @@ METHODS: dict[str, list[str]] = {
         "algo=ac2",
         # A problem stays buffer_capacity / n_refill = 16 iterations in the buffer and is drawn
         # n_batch / n_refill = 2 times in expectation, so a problem whose critic error was
-        # measured is usually drawn again (readiness needs that error first).
+        # measured is often drawn again (readiness needs that error first).
         "algo.n_refill=4",
         "algo.n_batch=8",
         "algo.group_size=4",
         # Attempts are ~16 tokens: chunks of 8 give prefixes cut at 0 and 8 and chunks that end
-        # before the attempt does (valued by the critic); with 16 every chunk was a full attempt.
+        # before the attempt does (valued by the critic); with 16 the only cut was 0 (16 > 0.9 L)
+        # and most chunks ended the attempt, leaving the critic little to value.
         "algo.chunk_tokens=8",
         "algo.budget_tokens=48",
     ],
@@ -94,8 +95,8 @@ def warm_start(out: Path, steps: int, seed: int = 0) -> Path:
 def points_histogram(init: Path, split: str, n: int = 128, seed: int = 0) -> np.ndarray:
     """(8,) int: how many of ``n`` attempts of ``init`` at temperature 1.0 scored 0..7 points.
 
-    ``n`` seeds of ``split`` (train: from 10,000, disjoint from nothing in particular; eval: the
-    trainer's validation seeds), ``rollout.max_new_tokens`` as in :data:`COMMON`."""
+    ``n`` seeds of ``split`` (train: seeds 10,000 on; eval: the trainer's validation seeds),
+    ``rollout.max_new_tokens`` as in :data:`COMMON`."""
     from dataclasses import replace
 
     import torch
@@ -239,6 +240,11 @@ def summary(runs: dict[str, list[list[dict]]], curves, seeds: list[int]) -> list
         "return is not comparable: it mixes graded rewards with critic estimates.)"
     )
     for m in runs:
+        gain = [ys[-1] - ys[0] for _, ys in curves[m]]
+        _, lo, hi = t_interval(gain)
+        verdict = "the interval contains 0" if lo <= 0 <= hi else "the interval excludes 0"
+        out.append(f"- {m}, final − starting validation score, per seed: {_ci(gain)} ({verdict}).")
+    for m in runs:
         if m == "grpo":
             continue
         for what, pick in (("peak", lambda ys: ys.max()), ("final", lambda ys: ys[-1])):
@@ -381,9 +387,11 @@ def run(out_dir: str = "results", quick: bool = False, log=print, argv: list[str
         hit = [x for x in reach if x is not None]
         if grpo_peak_at_start:
             reach_txt = "undefined"
-        elif hit:
+        elif len(hit) >= 2:
             m_, lo, hi = t_interval(hit)
             reach_txt = f"{m_:,.0f} [{lo:,.0f}, {hi:,.0f}]"
+        elif hit:
+            reach_txt = f"{hit[0]:,.0f} (one seed: no interval)"
         else:
             reach_txt = "not reached"
         n_hit = "–" if grpo_peak_at_start else f"{len(hit)}/{len(cs)}"
@@ -400,8 +408,10 @@ def run(out_dir: str = "results", quick: bool = False, log=print, argv: list[str
         )
     else:
         lines.append(
-            f"GRPO's peak: {grpo_peak:.3f} (the best evaluation of its mean curve over seeds); "
-            "tokens to reach it are per seed, over the seeds that reached it."
+            f"GRPO's peak for the tokens column: {grpo_peak:.3f}, the best evaluation of GRPO's "
+            "mean curve over seeds (below the mean of the per-seed peaks, which picks each "
+            "seed's best separately); tokens to reach it are per seed, over the seeds that "
+            "reached it."
         )
     traces = {m: [readiness_trace(r, eval_every) for r in runs[m]] for m in AC2_METHODS}
     lines += [
@@ -471,15 +481,16 @@ def _plot(
     ax.set_title("proof derivations (difficulty 1), tiny model, mean over seeds")
     ax.legend()
     ax.grid(alpha=0.3)
+    colour = {m: f"C{k}" for k, m in enumerate(mean)}  # as in the left panel
     for m, ts in traces.items():
         n = min(len(t) for t in ts)
         if not n:
             continue
         it = [ts[0][k][0] for k in range(n)]
         bx.plot(it, [np.mean([t[k][1] for t in ts]) for k in range(n)], marker="o",
-                label=f"{m}: ready fraction")  # fmt: skip
+                color=colour.get(m), label=f"{m}: ready fraction")  # fmt: skip
         bx.plot(it, [np.mean([t[k][3] for t in ts]) for k in range(n)], marker="s",
-                linestyle="--", label=f"{m}: critic error")  # fmt: skip
+                color=colour.get(m), linestyle="--", label=f"{m}: critic error")  # fmt: skip
     bx.axhline(0.20, color="grey", linewidth=0.8, linestyle=":", label="tau_global = 0.20")
     bx.set_xlabel("iteration")
     bx.set_title("AC2 readiness (mean over seeds)")
