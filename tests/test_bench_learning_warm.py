@@ -70,3 +70,14 @@ def test_report_gives_core_verdicts_and_extras_against_grpo():
     assert cells[3].strip().startswith(f"{0.3 + (np.mean(base) + 0.2 - 0.3) / 2:.3f}")  # training
     assert cells[5].strip().startswith(f"{np.mean(base) + 0.2:.3f}")  # final eval
     assert text.count("## Core pairs:") == 3 and text.count("## Against grpo:") == 3
+
+
+def test_cfp_pretrained_critic_is_compared_with_the_fresh_one():
+    results = _results("grpo", [0.3, 0.3, 0.3]) + _results("gae", [0.2, 0.25, 0.3])
+    results += _results("gae_pretrained", [0.4, 0.45, 0.5])
+    lines = lw.build_report(results, ["grpo"], ["gae", "gae_pretrained"], ["head"])
+    assert "## Against their own baseline: training success" in lines
+    row = next(line for line in lines if line.startswith("| gae_pretrained | gae |"))
+    assert (
+        "| 3 | +0.100 |" in row
+    )  # training: mean of start and final and row.endswith("| better |")

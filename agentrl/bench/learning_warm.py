@@ -87,6 +87,9 @@ EXTRA: dict[str, list[str]] = {
 """Methods that join with ``--methods``: these, the policy objectives of
 :data:`agentrl.bench.learning.OBJECTIVES`, and any registered estimator without a rollout
 driver (by its name). Each is compared with ``grpo`` (the baseline it modifies)."""
+VERSUS: dict[str, str] = {"gae_pretrained": "gae"}
+"""Extra methods also compared with a baseline other than grpo: CFP's question is whether a
+pretrained critic beats a fresh one on the same actor."""
 BATCH = 8 * 8
 
 
@@ -325,6 +328,13 @@ def build_report(
         for what, key in METRICS:
             lines += [f"## Against grpo: {what}", ""]
             pairs = [_pair(m, rs, "grpo", by_core["grpo"], key) for m, rs in by_extra.items()]
+            lines += [*pairs_table(pairs, what), ""]
+    every = {**by_core, **by_extra}
+    own = [(m, b) for m, b in VERSUS.items() if m in by_extra and b in every and b != "grpo"]
+    if own:
+        for what, key in METRICS:
+            lines += [f"## Against their own baseline: {what}", ""]
+            pairs = [_pair(m, every[m], b, every[b], key) for m, b in own]
             lines += [*pairs_table(pairs, what), ""]
     return lines
 
