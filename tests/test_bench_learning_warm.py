@@ -69,6 +69,9 @@ def test_report_gives_core_verdicts_and_extras_against_grpo():
     cells = final_row.split("|")
     assert cells[3].strip().startswith(f"{0.3 + (np.mean(base) + 0.2 - 0.3) / 2:.3f}")  # training
     assert cells[5].strip().startswith(f"{np.mean(base) + 0.2:.3f}")  # final eval
+    assert "- crbc: final − start eval success" in text and "improved on the warm start" in text
+    assert "- cispo: final − start eval success" in text and "fell below the warm start" in text
+    assert "resolved on training success (both intervals exclude 0): " in text
     assert text.count("## Core pairs:") == 3 and text.count("## Against grpo:") == 3
 
 

@@ -268,6 +268,11 @@ def _train(r: dict) -> float:
     return float(np.mean(r["train"]))
 
 
+def _gain(r: dict) -> float:
+    """Final eval success minus the warm start's (iteration 0, the same for every method)."""
+    return r["y"][-1] - r["y"][0]
+
+
 def _auc(r: dict) -> float:
     return auc(r["x"], r["y"])
 
@@ -304,12 +309,13 @@ def build_report(
             f"## {title}",
             "",
             "| method | seeds | training success, all episodes (95% t) "
-            "| eval AUC over env steps (95% t) | final eval success (95% t) |",
-            "|---|---:|---|---|---|",
+            "| eval AUC over env steps (95% t) | final eval success (95% t) "
+            "| final − start eval (95% t) |",
+            "|---|---:|---|---|---|---|",
         ]
         for m, rs in by.items():
             cells = []
-            for key in (_train, _auc, _final):
+            for key in (_train, _auc, _final, _gain):
                 mean, lo, hi = t_interval([key(r) for r in rs])
                 cells.append(f"{mean:.3f} [{lo:.3f}, {hi:.3f}]")
             lines.append(f"| {m} | {len(rs)} | " + " | ".join(cells) + " |")
@@ -329,6 +335,7 @@ def build_report(
             lines += [f"## Against grpo: {what}", ""]
             pairs = [_pair(m, rs, "grpo", by_core["grpo"], key) for m, rs in by_extra.items()]
             lines += [*pairs_table(pairs, what), ""]
+    lines += _summary(by_core, by_extra)
     every = {**by_core, **by_extra}
     own = [(m, b) for m, b in VERSUS.items() if m in by_extra and b in every and b != "grpo"]
     if own:
@@ -337,6 +344,40 @@ def build_report(
             pairs = [_pair(m, every[m], b, every[b], key) for m, b in own]
             lines += [*pairs_table(pairs, what), ""]
     return lines
+
+
+def _summary(by_core: dict[str, list[dict]], by_extra: dict[str, list[dict]]) -> list[str]:
+    """Generated sentences: which methods moved from the warm start, and which core pairs are
+    resolved (each statement is an interval's, nothing more)."""
+    out = ["## What the data shows", ""]
+    for m, rs in {**by_core, **by_extra}.items():
+        mean, lo, hi = t_interval([_gain(r) for r in rs])
+        if lo > 0:
+            what = "improved on the warm start"
+        elif hi < 0:
+            what = "fell below the warm start"
+        else:
+            what = "no change from the warm start is shown"
+        out.append(
+            f"- {m}: final − start eval success {mean:+.3f} [{lo:+.3f}, {hi:+.3f}] over "
+            f"{len(rs)} seeds: {what}."
+        )
+    names = list(by_core)
+    for what, key in METRICS:
+        pairs = [
+            _pair(a, by_core[a], b, by_core[b], key)
+            for i, a in enumerate(names)
+            for b in names[i + 1 :]
+        ]
+        if not pairs:
+            continue
+        resolved = [p for p in pairs if p.verdict != "not resolved"]
+        told = "; ".join(f"{p.a} {p.verdict} than {p.b}" for p in resolved) or "none"
+        out.append(
+            f"- Core pairs resolved on {what} (both intervals exclude 0): "
+            f"{len(resolved)} of {len(pairs)} ({told})."
+        )
+    return [*out, ""]
 
 
 def _plot(results: list[dict], core: list[str], extra: list[str], path: Path) -> None:
