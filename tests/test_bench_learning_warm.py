@@ -71,6 +71,8 @@ def test_report_gives_core_verdicts_and_extras_against_grpo():
     assert cells[5].strip().startswith(f"{np.mean(base) + 0.2:.3f}")  # final eval
     assert "- crbc: final − start eval success" in text and "improved on the warm start" in text
     assert "- cispo: final − start eval success" in text and "fell below the warm start" in text
+    # _results gives every method the same first training success: the pairing holds.
+    assert "the same training success in 5 of 5 seeds" in text
     assert "resolved on training success (both intervals exclude 0): " in text
     assert text.count("## Core pairs:") == 3 and text.count("## Against grpo:") == 3
 
