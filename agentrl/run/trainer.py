@@ -559,6 +559,11 @@ class Trainer:
             self.critic = getattr(importlib.import_module(module), cls)(
                 cfg, self.policy, self.tokenizer
             )
+        # The components above may draw from torch's generator (an nn.Linear value head is
+        # initialised randomly before it is zeroed): re-seed, so sampling starts from the same
+        # state for every estimator and loss with the same trainer.seed (paired benchmarks).
+        # A resumed run then restores the saved state below.
+        torch.manual_seed(tc.seed + 1_000_003 * (dist.rank + 1) if dist.enabled else tc.seed)
         self.start = 0
         self.decode_total = 0.0
         # A stateful estimator's state (plain data), carried from iteration to iteration and
