@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -86,3 +88,65 @@ def test_cfp_pretrained_critic_is_compared_with_the_fresh_one():
     assert (
         "| 3 | +0.100 |" in row
     )  # training: mean of start and final and row.endswith("| better |")
+
+
+def _fake_bench(tmp_path, monkeypatch, weights: bytes = b"w0"):
+    """run() with the warm start and the training runs replaced by stubs; returns the list of
+    (method, seed) runs actually trained."""
+    init = tmp_path / "init"
+    init.mkdir(exist_ok=True)
+    (init / "config.json").write_text("{}")
+    (init / "model.safetensors").write_bytes(weights)
+    trained: list[tuple[str, int]] = []
+
+    def fake_run(method, seed, init_, iterations, eval_every, out):
+        trained.append((method, seed))
+        final = 0.3 + 0.01 * seed + (0.05 if method == "crbc" else 0.0)
+        return {
+            "method": method,
+            "seed": seed,
+            "x": [0.0, 100.0],
+            "y": [0.3, final],
+            "train": [0.3, final],
+            "env_steps": 100.0,
+            "wall_s": 1.0,
+        }
+
+    monkeypatch.setattr(lw, "warm_start", lambda work, noise, log=print: init)
+    monkeypatch.setattr(lw, "_run", fake_run)
+    monkeypatch.setattr(lw, "_plot", lambda *a, **k: None)
+    return trained
+
+
+def test_finished_runs_are_stored_and_reused_across_clones(tmp_path, monkeypatch):
+    out = tmp_path / "results"
+    argv = ["--methods", "grpo,crbc", "--seeds", "2", "--jobs", "1"]
+    trained = _fake_bench(tmp_path, monkeypatch)
+    lw.run(str(out), log=lambda *a: None, argv=argv)
+    assert sorted(trained) == [("crbc", 0), ("crbc", 1), ("grpo", 0), ("grpo", 1)]
+    lines = (out / lw.STORE).read_text().splitlines()
+    assert len(lines) == 4 and all(json.loads(x)["init"] for x in lines)
+    # A fresh clone (no run folders) with the same warm start trains nothing again.
+    trained.clear()
+    lw.run(str(out), log=lambda *a: None, argv=[*argv[:3], "3", "--jobs", "1"])
+    assert trained == [("grpo", 2), ("crbc", 2)]
+    assert "| crbc | 3 |" in (out / "learning_warm.md").read_text()
+    # Another budget (iterations) or another warm start never reuses them.
+    trained.clear()
+    lw.run(str(out), log=lambda *a: None, argv=[*argv, "--iterations", "6"])
+    assert len(trained) == 4
+    trained = _fake_bench(tmp_path, monkeypatch, weights=b"w1")
+    lw.run(str(out), log=lambda *a: None, argv=argv)
+    assert len(trained) == 4
+
+
+def test_report_only_without_the_warm_start_reads_the_store(tmp_path, monkeypatch):
+    out = tmp_path / "results"
+    argv = ["--methods", "grpo,crbc", "--seeds", "2", "--jobs", "1"]
+    _fake_bench(tmp_path, monkeypatch)
+    lw.run(str(out), log=lambda *a: None, argv=argv)
+    (out / "learning_warm.md").unlink()
+    # A fresh clone: no .learning_warm_runs, the checkpoint is not here.
+    lw.run(str(out), log=lambda *a: None, argv=[*argv, "--report-only"])
+    text = (out / "learning_warm.md").read_text()
+    assert "| grpo | 2 |" in text and "| crbc | 2 |" in text

@@ -17,15 +17,23 @@ one starts where credit matters:
 
 Options: ``--methods grpo,gigpo,crbc`` (names of :data:`METHODS`), ``--seeds 5``,
 ``--iterations 20``, ``--eval-every 4``, ``--jobs 2``, ``--noise 0.5``, ``--report-only``.
-Finished runs (and the warm start) are reused from ``<out>/.learning_warm_runs``.
+The warm start and run folders live in ``<out>/.learning_warm_runs`` (not committed). Each
+finished run's summary is appended to ``<out>/learning_warm_runs.jsonl`` (committed), keyed by
+everything that determines the run (budget, method overrides, seed, iterations and a hash of the
+warm-start weights): the full benchmark takes longer than one working session on 2 cores, so
+runs accumulate across sessions and fresh clones, and a changed budget or warm start is never
+mixed with the old runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import hashlib
 import json
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -126,6 +134,9 @@ def warm_start(work: Path, noise: float, log=print) -> Path:
         return out
     log(f"[learning-warm] supervised warm start (noise {noise}) -> {out}")
     cmd = [sys.executable, "-m", "agentrl.sft", *TASK, *SFT, f"sft.noise={noise}"]
+    # One thread: the weights are then bitwise the same on every build (the thread count
+    # changes the order of floating-point sums), so stored runs stay paired with a rebuild.
+    cmd.append("trainer.num_threads=1")
     cmd.append(f"sft.out_dir={out}")
     cmd.append(f"hydra.run.dir={work}/sft_hydra")
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -134,8 +145,65 @@ def warm_start(work: Path, noise: float, log=print) -> Path:
     return out
 
 
+STORE = "learning_warm_runs.jsonl"
+"""The committed run summaries (one JSON object per line), next to the report."""
+
+
+def weights_hash(init: Path) -> str:
+    """A short hash of the warm start's weights: runs from different warm starts never pair."""
+    digest = hashlib.sha256()
+    for name in ("model.safetensors", "value_head.safetensors"):
+        if (init / name).exists():
+            digest.update((init / name).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def run_key(method: str, seed: int, iterations: int, eval_every: int, init_hash: str) -> str:
+    """Everything that determines a run, hashed: a stored summary is reused only under it."""
+    what = [BUDGET, method_args(method), seed, iterations, eval_every, init_hash]
+    return hashlib.sha256(json.dumps(what).encode()).hexdigest()[:16]
+
+
+def load_store(path: Path) -> dict[str, dict]:
+    """Stored summaries by key (a later line wins); unreadable lines are skipped."""
+    out: dict[str, dict] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+                out[rec["key"]] = rec
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue
+    return out
+
+
+def summarise(method: str, seed: int, out: Path) -> dict:
+    """A finished run's summary from its ``metrics.jsonl``: environment steps and eval success
+    at each evaluation (``x``, ``y``; the first at iteration 0) and training success per
+    iteration (``train``)."""
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    total, xs, ys, train = 0.0, [], [], []
+    for r in rows:
+        if r["iteration"] > 0:
+            total += r["env/length"] * BATCH
+            train.append(r["env/success"])
+        if "eval/success" in r:
+            xs.append(total)
+            ys.append(r["eval/success"])
+    wall = float((out / "wall_s").read_text()) if (out / "wall_s").exists() else None
+    return {
+        "method": method,
+        "seed": seed,
+        "x": xs,
+        "y": ys,
+        "train": train,
+        "env_steps": total,
+        "wall_s": wall,
+    }
+
+
 def _run(method: str, seed: int, init: Path, iterations: int, eval_every: int, out: Path):
-    if not (out / "metrics.jsonl").exists() or not (out / "checkpoints" / "latest").exists():
+    if not _finished(out):
         run_agentrl(
             [
                 *BUDGET,
@@ -149,16 +217,7 @@ def _run(method: str, seed: int, init: Path, iterations: int, eval_every: int, o
             ],
             out,
         )
-    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    total, xs, ys, train = 0.0, [], [], []
-    for r in rows:
-        if r["iteration"] > 0:
-            total += r["env/length"] * BATCH
-            train.append(r["env/success"])
-        if "eval/success" in r:
-            xs.append(total)
-            ys.append(r["eval/success"])
-    return {"method": method, "seed": seed, "x": xs, "y": ys, "train": train, "env_steps": total}
+    return summarise(method, seed, out)
 
 
 def _finished(out: Path) -> bool:
@@ -195,23 +254,45 @@ def run(out_dir: str = "results", quick: bool = False, log=print, argv: list[str
     t0 = time.perf_counter()
     # Seed-major, core methods first: a benchmark cut short still has every core method paired.
     jobs = [(m, s) for s in seeds for m in core] + [(m, s) for s in extra_seeds for m in extra]
+    store_path = out / STORE
+    store = load_store(store_path)
     if opts.report_only:
-        jobs = [(m, s) for m, s in jobs if _finished(work / f"{m}_seed{s}")]
         init = work / f"sft_noise{opts.noise:g}"
+        # Without the checkpoint here (a fresh clone), the warm start the stored runs share.
+        hashes = [r["init"] for r in store.values() if "init" in r]
+        init_hash = (
+            weights_hash(init)
+            if (init / "config.json").exists()
+            else max(set(hashes), key=hashes.count, default="")
+        )
     else:
         init = warm_start(work, opts.noise, log)
-    log(f"[learning-warm] {len(jobs)} runs: {core} x seeds {seeds}, {extra} x {extra_seeds}")
+        init_hash = weights_hash(init)
+    keys = {(m, s): run_key(m, s, iterations, eval_every, init_hash) for m, s in jobs}
+    if opts.report_only:
+        jobs = [j for j in jobs if keys[j] in store or _finished(work / f"{j[0]}_seed{j[1]}")]
+    stored = sum(keys[j] in store for j in jobs)
+    log(
+        f"[learning-warm] {len(jobs)} runs ({stored} stored in {store_path}): {core} x seeds "
+        f"{seeds}, {extra} x {extra_seeds}; warm start {init_hash}"
+    )
+    lock = threading.Lock()
 
     def one(job):
         m, s = job
+        if keys[job] in store:
+            return store[keys[job]]
         r = _run(m, s, init, iterations, eval_every, work / f"{m}_seed{s}")
+        r.update(key=keys[job], init=init_hash, date=datetime.date.today().isoformat())
+        # One line per finished run, so a benchmark cut short keeps what it did.
+        with lock, store_path.open("a") as f:
+            f.write(json.dumps(r) + "\n")
         log(f"[learning-warm] {m} seed {s}: final {r['y'][-1]:.3f}")
         return r
 
     with ThreadPoolExecutor(max_workers=max(1, opts.jobs)) as pool:
         results = list(pool.map(one, jobs))
-    wall = sum(float((work / f"{m}_seed{s}" / "wall_s").read_text()) for m, s in jobs
-               if (work / f"{m}_seed{s}" / "wall_s").exists())  # fmt: skip
+    wall = sum(r.get("wall_s") or 0.0 for r in results)
     command = (
         f"python -m agentrl.bench learning-warm --methods {','.join(core)} --seeds {len(seeds)}"
         + (f" --extra-methods {','.join(extra)} --extra-seeds {len(extra_seeds)}" if extra else "")
