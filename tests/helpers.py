@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -68,3 +71,34 @@ def alfworld_games(n: int = 6, split: str = "train") -> list[str]:
     from agentrl.envs.alfworld.data import generated_games
 
     return generated_games(ALFWORLD_TEST_CACHE, split, n, 0, (1, 2, 3, 4, 5, 6), progress=False)
+
+
+def read_metrics(out_dir: Path) -> list[dict]:
+    """The rows of a run's ``out_dir / "metrics.jsonl"``, one dict per line, in order."""
+    return [json.loads(x) for x in (Path(out_dir) / "metrics.jsonl").read_text().splitlines()]
+
+
+def run_agentrl(
+    args: list[str],
+    out_dir: Path,
+    *,
+    hydra_dir: Path | None = None,
+    cwd: Path | None = None,
+    timeout: float = 600,
+    env: dict[str, str] | None = None,
+    launcher: list[str] | None = None,
+) -> list[dict]:
+    """Run ``python -m agentrl.run *args`` in a subprocess writing to ``out_dir``; its metrics.
+
+    Appends ``trainer.out_dir=<out_dir>`` and ``hydra.run.dir=<hydra_dir>`` (default
+    ``<out_dir>/hydra``) to ``args``. ``launcher`` replaces the ``python`` in front of
+    ``-m agentrl.run`` (e.g. ``[sys.executable, "-m", "torch.distributed.run", ...]``).
+    Asserts the run exits with 0 (the message is the tail of its output) and returns
+    :func:`read_metrics` of ``out_dir``.
+    """
+    hydra_dir = Path(out_dir) / "hydra" if hydra_dir is None else hydra_dir
+    cmd = [*(launcher or [sys.executable]), "-m", "agentrl.run", *args]
+    cmd += [f"trainer.out_dir={out_dir}", f"hydra.run.dir={hydra_dir}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    return read_metrics(out_dir)

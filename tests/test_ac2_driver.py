@@ -167,16 +167,11 @@ def test_critic_learns_its_targets_and_the_ladder_tracks_the_update(setup):
 def test_ac2_trains_on_proof_derivations_end_to_end(tmp_path):
     """``python -m agentrl.run env=proof algo=ac2``: AC2's metrics are logged, the buffer
     fills, decoding tokens accumulate, and a checkpoint carries the driver's state."""
-    import json
-    import subprocess
-    import sys
+    from helpers import run_agentrl
 
     out = tmp_path / "run"
-    proc = subprocess.run(
+    rows = run_agentrl(
         [
-            sys.executable,
-            "-m",
-            "agentrl.run",
             "env=proof",
             "algo=ac2",
             "model=tiny",
@@ -191,16 +186,11 @@ def test_ac2_trains_on_proof_derivations_end_to_end(tmp_path):
             "trainer.eval_every=1",
             "trainer.tokenizer_episodes=4",
             "trainer.progress=false",
-            f"trainer.out_dir={out}",
-            f"hydra.run.dir={tmp_path}/hydra",
         ],
-        capture_output=True,
-        text=True,
-        timeout=600,
+        out,
+        hydra_dir=tmp_path / "hydra",
         cwd=tmp_path,
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in rows] == [0, 1, 2]
     assert rows[1]["ac2/buffer_size"] == 3 and rows[2]["ac2/buffer_size"] == 6
     assert rows[2]["perf/decode_tokens_total"] > rows[1]["perf/decode_tokens_total"] > 0

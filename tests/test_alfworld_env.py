@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import ALFWORLD_TEST_CACHE, ENV_TEST_KWARGS, alfworld_games, make_env
+from helpers import ALFWORLD_TEST_CACHE, ENV_TEST_KWARGS, alfworld_games, make_env, read_metrics
 
 pytest.importorskip("alfworld")
 
@@ -192,7 +192,7 @@ def test_training_runs_offline_on_generated_games(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "GENERATED games" in proc.stderr
-    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(out)
     assert [r["iteration"] for r in rows] == [0, 1, 2]
     assert all(0 < r["env/length"] <= 3 for r in rows[1:])
     assert all(any(k.startswith("eval/success_") for k in r) for r in rows)

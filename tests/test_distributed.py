@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from dist_cases import CASES, make_model, make_samples
+from helpers import read_metrics, run_agentrl
 
 from agentrl.learn.learner import Learner, LearnerConfig
 
@@ -115,15 +116,12 @@ RUN_ARGS = [
     "env.max_steps=4",
     "trainer.tokenizer_episodes=4",
 ]
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
 
 
 def _run_cmd(out: Path, *extra: str) -> list[str]:
     return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node=2",
+        *TORCHRUN,
         "-m",
         "agentrl.run",
         *RUN_ARGS,
@@ -134,9 +132,7 @@ def _run_cmd(out: Path, *extra: str) -> list[str]:
 
 
 def _rows(out: Path) -> dict[int, dict]:
-    import json
-
-    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(out)
     timing = ("perf/", "credit/solve_time_s")  # wall times differ between runs
     return {r["iteration"]: {k: v for k, v in r.items() if not k.startswith(timing)} for r in rows}
 
@@ -153,8 +149,7 @@ def test_torchrun_two_ranks_end_to_end_then_kill_and_resume(tmp_path):
 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     full, killed = tmp_path / "full", tmp_path / "killed"
-    proc = subprocess.run(_run_cmd(full), capture_output=True, text=True, timeout=300, env=env)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    run_agentrl(RUN_ARGS, full, timeout=300, env=env, launcher=TORCHRUN)
     assert sorted(_rows(full)) == [1, 2, 3]  # one row per iteration: only rank 0 writes
     ckpt = full / "checkpoints" / "iter-000003"
     assert {"trainer_state_rank0.pt", "trainer_state_rank1.pt", "optimizer"} <= {
@@ -177,14 +172,7 @@ def test_torchrun_two_ranks_end_to_end_then_kill_and_resume(tmp_path):
     os.killpg(victim.pid, signal.SIGKILL)
     victim.wait(timeout=60)
     assert sorted(_rows(killed))[-1] < 3
-    proc = subprocess.run(
-        _run_cmd(killed, "trainer.resume=true"),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    run_agentrl([*RUN_ARGS, "trainer.resume=true"], killed, timeout=300, env=env, launcher=TORCHRUN)
     a, b = _rows(full), _rows(killed)
     assert sorted(b) == [1, 2, 3]
     for it in (2, 3):
@@ -197,10 +185,7 @@ def test_torchrun_two_ranks_end_to_end_then_kill_and_resume(tmp_path):
 def test_resume_with_another_world_size_is_refused(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     out = tmp_path / "run"
-    proc = subprocess.run(
-        _run_cmd(out, "trainer.steps=1"), capture_output=True, text=True, timeout=300, env=env
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    run_agentrl([*RUN_ARGS, "trainer.steps=1"], out, timeout=300, env=env, launcher=TORCHRUN)
     one = [sys.executable, "-m", "agentrl.run", *RUN_ARGS, "trainer.steps=2"]
     one += [f"trainer.out_dir={out}", f"hydra.run.dir={out}/hydra", "trainer.resume=true"]
     proc = subprocess.run(one, capture_output=True, text=True, timeout=300, env=env)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
+from helpers import read_metrics
 
 from agentrl.algos.gae import GAEConfig, GAECritic, gae_advantages
 from agentrl.configuration import ConfigError
@@ -249,12 +249,11 @@ def test_resume_restores_the_critic_exactly(tmp_path):
         assert torch.equal(s["exp_avg"], b["optimizer"]["state"][k]["exp_avg"])
 
     def rows(out):
-        lines = (out / "metrics.jsonl").read_text().splitlines()
         return {
             r["iteration"]: {
                 k: v for k, v in r.items() if not k.startswith("perf/") and "time" not in k
             }
-            for r in map(json.loads, lines)
+            for r in read_metrics(out)
         }
 
     assert rows(full)[3] == rows(cut)[3]

@@ -14,6 +14,7 @@ import time
 import numpy as np
 import pytest
 import torch
+from helpers import read_metrics
 
 from agentrl.configuration import ConfigError, from_mapping
 from agentrl.credit import get_estimator
@@ -132,7 +133,7 @@ def test_resume_without_a_checkpoint_leaves_one_iteration_zero_row(tmp_path):
     )
     cfg = compose([*SMALL, "trainer.steps=1", "trainer.resume=true", "trainer.eval_every=1"])
     train(cfg, tmp_path)
-    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(tmp_path)
     assert [r["iteration"] for r in rows] == [0, 1]
 
 

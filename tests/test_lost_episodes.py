@@ -15,6 +15,7 @@ import hashlib
 import crashy_env  # noqa: F401 - registers "crashy"
 import numpy as np
 import pytest
+from helpers import read_metrics
 from test_rollout import ScriptedBackend
 
 from agentrl.credit import compute_advantages, estimator_config
@@ -189,8 +190,6 @@ def test_a_graph_of_the_full_batch_is_rejected():
 def test_trainer_drops_lost_steps_from_the_samples(tmp_path, monkeypatch):
     """One training iteration in-process: the learner never sees a lost episode's steps, the
     graph estimator runs, and the metric is logged."""
-    import json
-
     from agentrl.learn.learner import Learner
     from agentrl.run import compose, trainer
 
@@ -231,5 +230,5 @@ def test_trainer_drops_lost_steps_from_the_samples(tmp_path, monkeypatch):
     steps, samples = seen["steps"], seen["samples"]
     assert len(samples) == len(steps) - 1
     assert all(s.response_ids is not seen["lost"].response_ids for s in samples)
-    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(tmp_path / "run")
     assert rows[-1]["credit/lost_episodes"] == 1.0

@@ -9,12 +9,12 @@ bit; every loss trains the tiny model end to end.
 from __future__ import annotations
 
 import copy
-import json
 import math
 
 import numpy as np
 import pytest
 import torch
+from helpers import read_metrics
 
 from agentrl.algos.losses.bpo import bpo_token_loss
 from agentrl.algos.losses.cispo import cispo_token_loss
@@ -692,7 +692,7 @@ def test_two_iterations_end_to_end(extra, key, tmp_path):
     metrics = train(compose([*SMALL, *extra]), tmp_path)
     assert math.isfinite(metrics["loss/pg"]) and math.isfinite(metrics["loss/grad_norm"])
     assert math.isfinite(metrics[key])
-    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(tmp_path)
     assert [r["iteration"] for r in rows] == [1, 2]
     assert all(math.isfinite(v) for r in rows for k, v in r.items() if k.startswith("loss/"))
     ckpt = tmp_path / "checkpoints"

@@ -186,16 +186,11 @@ def test_cuts_are_chunk_boundaries_inside_the_response():
 def test_psppo_trains_on_proof_derivations_end_to_end(tmp_path):
     """``python -m agentrl.run env=proof algo=psppo trainer.steps=2``: PS-PPO's metrics and the
     diagnostics are logged, and the run checkpoints."""
-    import json
-    import subprocess
-    import sys
+    from helpers import run_agentrl
 
     out = tmp_path / "run"
-    proc = subprocess.run(
+    rows = run_agentrl(
         [
-            sys.executable,
-            "-m",
-            "agentrl.run",
             "env=proof",
             "algo=psppo",
             "model=tiny",
@@ -210,16 +205,11 @@ def test_psppo_trains_on_proof_derivations_end_to_end(tmp_path):
             "trainer.eval_every=2",
             "trainer.tokenizer_episodes=4",
             "trainer.progress=false",
-            f"trainer.out_dir={out}",
-            f"hydra.run.dir={tmp_path}/hydra",
         ],
-        capture_output=True,
-        text=True,
-        timeout=600,
+        out,
+        hydra_dir=tmp_path / "hydra",
         cwd=tmp_path,
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in rows] == [0, 1, 2]
     for row in rows[1:]:
         assert row["psppo/continuations"] <= 2 * 2 * 2

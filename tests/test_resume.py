@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -11,6 +10,7 @@ import time
 from pathlib import Path
 
 import torch
+from helpers import read_metrics, run_agentrl
 from safetensors.torch import load_file
 
 ARGS = [
@@ -39,7 +39,7 @@ def _cmd(out: Path, *extra: str) -> list[str]:
 
 
 def _metrics(out: Path) -> dict[int, dict]:
-    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(out)
     # Timings differ between runs; everything else must match exactly.
     return {
         r["iteration"]: {
@@ -51,8 +51,7 @@ def _metrics(out: Path) -> dict[int, dict]:
 
 def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path):
     full, killed = tmp_path / "full", tmp_path / "killed"
-    proc = subprocess.run(_cmd(full), capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    run_agentrl(ARGS, full, cwd=tmp_path)
 
     victim = subprocess.Popen(
         _cmd(killed), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import run_agentrl
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agentrl.configuration import ConfigError
@@ -108,19 +108,18 @@ def test_steps_zero_evaluates_a_checkpoint_only(tmp_path):
     """``trainer.steps=0`` with ``model.name_or_path=<checkpoint>``: one evaluation, no save."""
     out = tmp_path / "first"
     common = ["rollout.n_tasks=2", "rollout.group_size=2", "trainer.progress=false"]
-    proc = _run(["trainer.steps=1", "trainer.eval_episodes=4", *common, f"trainer.out_dir={out}"],
-                tmp_path)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    hydra = tmp_path / "hydra"
+    final_eval = run_agentrl(
+        ["trainer.steps=1", "trainer.eval_episodes=4", *common], out, hydra_dir=hydra, cwd=tmp_path
+    )[-1]
     ckpt = out / "checkpoints" / "iter-000001"
-    final_eval = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()][-1]
     again = tmp_path / "again"
-    proc = _run(
-        ["trainer.steps=0", "trainer.eval_episodes=4", f"model.name_or_path={ckpt}", *common,
-         f"trainer.out_dir={again}"],
-        tmp_path,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = [json.loads(x) for x in (again / "metrics.jsonl").read_text().splitlines()]
+    rows = run_agentrl(
+        ["trainer.steps=0", "trainer.eval_episodes=4", f"model.name_or_path={ckpt}", *common],
+        again,
+        hydra_dir=hydra,
+        cwd=tmp_path,
+    )
     assert [r["iteration"] for r in rows] == [0]
     # Same policy, same held-out seeds: the same evaluation as the end of the first run.
     assert rows[0]["eval/success"] == final_eval["eval/success"]

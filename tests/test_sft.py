@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import make_env
+from helpers import make_env, read_metrics
 from test_rollout import ScriptedBackend
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -150,7 +149,7 @@ def _evaluate(tmp_path: Path, *extra: str) -> dict:
     """The trainer's greedy evaluation (``trainer.steps=0``) on 64 held-out levels."""
     cfg = compose(["trainer.steps=0", "trainer.eval_episodes=64", "trainer.progress=false", *extra])
     train(cfg, tmp_path)
-    return json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
+    return read_metrics(tmp_path)[0]
 
 
 def test_sft_on_sokoban_beats_the_untrained_model_and_loads(tmp_path):
@@ -161,7 +160,7 @@ def test_sft_on_sokoban_beats_the_untrained_model_and_loads(tmp_path):
     run = _run()
     cfg = SFTConfig(steps=200, episodes=64, batch_size=16, lr=3e-3, log_every=50, out_dir=str(out))
     metrics = train_sft(run, cfg, out)
-    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(out)
     assert rows[0]["sft/demo_success"] == 1.0 and rows[-1]["step"] == 200
     assert rows[-1]["sft/loss"] < 0.5 * rows[1]["sft/loss"]
     assert metrics["sft/token_acc"] > 0.55  # EOS and the move's format at least

@@ -4,14 +4,13 @@ with each advantage method of issue 16."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from helpers import make_batch
+from helpers import make_batch, read_metrics
 
 from agentrl.credit import check_state, compute_advantages, get_estimator
 from agentrl.credit.batch import StepBatch
@@ -96,7 +95,7 @@ def test_lost_episodes_leave_the_state_alone(name):
 def test_two_iterations(algo, extra, tmp_path):
     metrics = train(compose([f"algo={algo}", "trainer.steps=2", *SMALL, *extra]), tmp_path)
     assert np.isfinite(metrics["credit/adv_std"]) and np.isfinite(metrics["loss/pg"])
-    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(tmp_path)
     assert [r["iteration"] for r in rows] == [1, 2]
     state = load_trainer_state(tmp_path / "checkpoints" / "iter-000002" / "trainer_state.pt")
     if get_estimator(algo).stateful:
@@ -111,7 +110,7 @@ def test_two_iterations(algo, extra, tmp_path):
 
 
 def _rows(out: Path) -> dict[int, dict]:
-    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(out)
     skip = ("credit/solve_time_s",)
     return {
         r["iteration"]: {k: v for k, v in r.items() if not k.startswith("perf/") and k not in skip}

@@ -17,7 +17,6 @@ from __future__ import annotations
 import copy
 import gc
 import importlib.util
-import json
 import os
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import read_metrics
 
 from agentrl.learn.learner import Learner, LearnerConfig, Sample, token_logprobs
 from agentrl.learn.model import (
@@ -404,6 +404,6 @@ def test_train_two_iterations_with_vllm_then_resume(tmp_path):
     log = run("trainer.steps=3", "trainer.resume=true")
     assert "iteration 2" in log and "iter 3/3" in log
     assert (out / "checkpoints" / "latest").read_text() == "iter-000003"
-    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(out)
     assert [r["iteration"] for r in rows] == [0, 1, 2, 3]
     assert all(r["perf/gen_tokens_per_s"] > 0 for r in rows[1:])
