@@ -8,6 +8,7 @@ dataclass; it lets a run validate ``env.*`` keys at start-up, before any work is
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -74,18 +75,23 @@ def load_plugins(group: str) -> None:
     ``register_*`` calls, so ``env=<name>`` works on the command line without changes to
     agentrl.
     """
-    if group in _LOADED_GROUPS:
-        return
-    _LOADED_GROUPS.add(group)
-    import importlib
-    from importlib.metadata import entry_points
+    # Under a lock: a second thread (a benchmark's thread pool resolving method names) must
+    # wait for the first one's imports, not see the group as loaded with its registry still
+    # empty. Re-entrant, since a plugin's import may load another group.
+    with _LOAD_LOCK:
+        if group in _LOADED_GROUPS:
+            return
+        _LOADED_GROUPS.add(group)
+        import importlib
+        from importlib.metadata import entry_points
 
-    importlib.import_module(group)
-    for ep in entry_points(group=group):
-        ep.load()
+        importlib.import_module(group)
+        for ep in entry_points(group=group):
+            ep.load()
 
 
 _LOADED_GROUPS: set[str] = set()
+_LOAD_LOCK = threading.RLock()
 
 
 def _ensure_builtin_envs() -> None:
