@@ -150,3 +150,17 @@ def test_report_only_without_the_warm_start_reads_the_store(tmp_path, monkeypatc
     lw.run(str(out), log=lambda *a: None, argv=[*argv, "--report-only"])
     text = (out / "learning_warm.md").read_text()
     assert "| grpo | 2 |" in text and "| crbc | 2 |" in text
+
+
+def test_pairing_check_leaves_out_single_rollout_methods_and_states_eval_noise():
+    results = _results("grpo", [0.3, 0.3, 0.3]) + _results("cispo", [0.2, 0.3, 0.4])
+    klpo = _results("klpo", [0.2, 0.3, 0.4], start=0.1)  # 64 tasks x 1: another first batch
+    text = "\n".join(lw.build_report(results + klpo, ["grpo"], ["cispo", "klpo"], ["head"]))
+    assert "the same training success in 3 of 3 seeds" in text and "klpo roll out 64" in text
+    # sqrt(0.3 * 0.7 / 128) = 0.0405, at the core methods' start
+    assert "at success 0.30 has a binomial standard error of 0.041" in text
+    shifted = _results("cispo", [0.2, 0.3, 0.4], start=0.1)
+    text = "\n".join(
+        lw.build_report(_results("grpo", [0.3] * 3) + shifted, ["grpo"], ["cispo"], [])
+    )
+    assert "the same training success in 0 of 3 seeds" in text

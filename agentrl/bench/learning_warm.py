@@ -59,6 +59,7 @@ SFT = [
     # compared with a pretrained critic on the same actor; the other methods ignore it.
     "sft.value_coef=0.5",
 ]
+EVAL_EPISODES = 128
 BUDGET = [
     *TASK,
     "rollout.n_tasks=8",
@@ -74,7 +75,7 @@ BUDGET = [
     "learner.lr=3e-4",
     "learner.ppo_epochs=1",
     "learner.mini_batch_steps=512",
-    "trainer.eval_episodes=128",
+    f"trainer.eval_episodes={EVAL_EPISODES}",
     "trainer.save_every=0",
     "trainer.progress=false",
 ]
@@ -102,6 +103,12 @@ VERSUS: dict[str, str] = {"gae_pretrained": "gae"}
 """Extra methods also compared with a baseline other than grpo: CFP's question is whether a
 pretrained critic beats a fresh one on the same actor."""
 BATCH = 8 * 8
+
+
+def _reshaped(name: str) -> bool:
+    """Whether method ``name`` changes the rollout shape (tasks x rollouts per iteration)."""
+    args = method_args(name) or []
+    return any(a.startswith(("rollout.n_tasks=", "rollout.group_size=")) for a in args)
 
 
 def method_args(name: str) -> list[str] | None:
@@ -307,8 +314,8 @@ def run(out_dir: str = "results", quick: bool = False, log=print, argv: list[str
         + ". Budget per run: "
         + " ".join(f"`{b}`" for b in BUDGET[len(TASK) :])
         + f", `trainer.steps={iterations}` ({iterations * BATCH} episodes), evaluation every "
-        f"{eval_every} iterations on 128 held-out levels (sampled at temperature 1). Every run "
-        "starts from one supervised checkpoint (solver plans with "
+        f"{eval_every} iterations on {EVAL_EPISODES} held-out levels (sampled at temperature "
+        "1). Every run starts from one supervised checkpoint (solver plans with "
         f"{opts.noise:.0%} of the moves random; "
         + " ".join(f"`{a}`" for a in SFT)
         + "). Runs are single-threaded processes, "
@@ -435,15 +442,29 @@ def _summary(by_core: dict[str, list[dict]], by_extra: dict[str, list[dict]]) ->
     resolved (each statement is an interval's, nothing more)."""
     out = ["## What the data shows", ""]
     every = {**by_core, **by_extra}
+    # Single-rollout objectives (KLPO, negative-token filtering) draw 64 tasks x 1 rollout:
+    # their first batch differs from the 8 x 8 one by design.
+    own_shape = sorted(m for m in every if _reshaped(m))
     firsts: dict[int, set] = {}
-    for rs in every.values():
+    for m, rs in every.items():
         for r in rs:
-            firsts.setdefault(r["seed"], set()).add(round(r["train"][0], 9))
+            if m not in own_shape:
+                firsts.setdefault(r["seed"], set()).add(round(r["train"][0], 9))
     same = sum(len(v) == 1 for v in firsts.values())
     out.append(
         f"- Pairing check: before any update (iteration 1's rollouts) every method saw the same "
-        f"training success in {same} of {len(firsts)} seeds (same weights, tasks and sampling)."
+        f"training success in {same} of {len(firsts)} seeds (same weights, tasks and sampling)"
+        + (f"; {', '.join(own_shape)} roll out 64 tasks x 1, left out." if own_shape else ".")
     )
+    starts = [r["y"][0] for rs in (by_core or every).values() for r in rs]
+    if starts:
+        p = float(np.mean(starts))
+        out.append(
+            f"- Evaluation noise: one evaluation of {EVAL_EPISODES} sampled episodes at success "
+            f"{p:.2f} has a binomial standard error of {np.sqrt(p * (1 - p) / EVAL_EPISODES):.3f}"
+            "; training success averages all "
+            f"{len(next(iter(every.values()))[0]['train']) * BATCH} training episodes of a run."
+        )
     for m, rs in every.items():
         mean, lo, hi = t_interval([_gain(r) for r in rs])
         if lo > 0:
