@@ -164,3 +164,19 @@ def test_pairing_check_leaves_out_single_rollout_methods_and_states_eval_noise()
         lw.build_report(_results("grpo", [0.3] * 3) + shifted, ["grpo"], ["cispo"], [])
     )
     assert "the same training success in 0 of 3 seeds" in text
+
+
+def test_report_shows_a_policy_that_came_apart():
+    results = _results("grpo", [0.3, 0.3, 0.3]) + _results("klpo", [0.0, 0.0, 0.0])
+    for r in results:
+        broken = r["method"] == "klpo"
+        r["invalid"] = [0.01, 0.5, 0.9, 0.99, 0.98] if broken else [0.01] * 5
+        r["entropy"] = [0.7, 1.0, 1.4, 1.4, 1.5] if broken else [0.7] * 5
+    text = "\n".join(lw.build_report(results, ["grpo"], ["klpo"], []))
+    # mean of the last 3: (0.9 + 0.99 + 0.98) / 3 = 0.957; entropy (1.4 + 1.4 + 1.5) / 3 = 1.433
+    assert "| 0.01 → 0.96 | 0.70 → 1.43 |" in text
+    assert "invalid actions rose from 0.01 to 0.96" in text
+    assert text.count("invalid actions rose") == 1
+    # Summaries stored before these series existed still report (a dash).
+    old = _results("grpo", [0.3, 0.3, 0.3])
+    assert "| — | — |" in "\n".join(lw.build_report(old, ["grpo"], [], []))

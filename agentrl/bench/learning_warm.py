@@ -190,13 +190,16 @@ def load_store(path: Path) -> dict[str, dict]:
 def summarise(method: str, seed: int, out: Path) -> dict:
     """A finished run's summary from its ``metrics.jsonl``: environment steps and eval success
     at each evaluation (``x``, ``y``; the first at iteration 0) and training success per
-    iteration (``train``)."""
+    iteration (``train``), with the invalid-action rate and policy entropy per iteration
+    (``invalid``, ``entropy``: the signs of a policy that has come apart)."""
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    total, xs, ys, train = 0.0, [], [], []
+    total, xs, ys, train, invalid, entropy = 0.0, [], [], [], [], []
     for r in rows:
         if r["iteration"] > 0:
             total += r["env/length"] * BATCH
             train.append(r["env/success"])
+            invalid.append(r.get("env/invalid_rate", float("nan")))
+            entropy.append(r.get("loss/entropy", float("nan")))
         if "eval/success" in r:
             xs.append(total)
             ys.append(r["eval/success"])
@@ -207,6 +210,8 @@ def summarise(method: str, seed: int, out: Path) -> dict:
         "x": xs,
         "y": ys,
         "train": train,
+        "invalid": invalid,
+        "entropy": entropy,
         "env_steps": total,
         "wall_s": wall,
     }
@@ -364,6 +369,15 @@ def _gain(r: dict) -> float:
     return r["y"][-1] - r["y"][0]
 
 
+def _drift(rs: list[dict], series: str) -> tuple[float, float]:
+    """Mean over seeds of ``series`` (``invalid`` or ``entropy``) at the first iteration and
+    over the last 3; NaN when the runs did not record it."""
+    have = [r[series] for r in rs if r.get(series)]
+    if not have:
+        return float("nan"), float("nan")
+    return float(np.mean([h[0] for h in have])), float(np.mean([np.mean(h[-3:]) for h in have]))
+
+
 def _auc(r: dict) -> float:
     return auc(r["x"], r["y"])
 
@@ -401,14 +415,18 @@ def build_report(
             "",
             "| method | seeds | training success, all episodes (95% t) "
             "| eval AUC over env steps (95% t) | final eval success (95% t) "
-            "| final − start eval (95% t) |",
-            "|---|---:|---|---|---|---|",
+            "| final − start eval (95% t) | invalid actions, first → last 3 iterations "
+            "| entropy, first → last 3 |",
+            "|---|---:|---|---|---|---|---|---|",
         ]
         for m, rs in by.items():
             cells = []
             for key in (_train, _auc, _final, _gain):
                 mean, lo, hi = t_interval([key(r) for r in rs])
                 cells.append(f"{mean:.3f} [{lo:.3f}, {hi:.3f}]")
+            for series in ("invalid", "entropy"):
+                first, last = _drift(rs, series)
+                cells.append(f"{first:.2f} → {last:.2f}" if np.isfinite(last) else "—")
             lines.append(f"| {m} | {len(rs)} | " + " | ".join(cells) + " |")
         lines.append("")
     if len(by_core) > 1:
@@ -473,9 +491,16 @@ def _summary(by_core: dict[str, list[dict]], by_extra: dict[str, list[dict]]) ->
             what = "fell below the warm start"
         else:
             what = "no change from the warm start is shown"
+        first, last = _drift(rs, "invalid")
+        # A policy that no longer answers with a move has come apart, whatever its success.
+        broke = (
+            f"; invalid actions rose from {first:.2f} to {last:.2f} (last 3 iterations)"
+            if last - first > 0.25
+            else ""
+        )
         out.append(
             f"- {m}: final − start eval success {mean:+.3f} [{lo:+.3f}, {hi:+.3f}] over "
-            f"{len(rs)} seeds: {what}."
+            f"{len(rs)} seeds: {what}{broke}."
         )
     names = list(by_core)
     for what, key in METRICS:
