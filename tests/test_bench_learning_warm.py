@@ -180,3 +180,12 @@ def test_report_shows_a_policy_that_came_apart():
     # Summaries stored before these series existed still report (a dash).
     old = _results("grpo", [0.3, 0.3, 0.3])
     assert "| — | — |" in "\n".join(lw.build_report(old, ["grpo"], [], []))
+
+
+def test_missing_runs_are_named_and_mechanisms_shown_for_methods_that_ran():
+    results = _results("grpo", [0.3, 0.3, 0.3]) + _results("vimpo", [0.0, 0.0])
+    lines = lw._coverage(results, ["grpo", "gigpo"], [0, 1, 2], ["vimpo"], [0, 1, 2])
+    assert lines[-1].endswith("gigpo (0/3 seeds), vimpo (2/3 seeds).")
+    assert lw._coverage(results, ["grpo"], [0, 1, 2], [], []) == []
+    text = "\n".join(lw.build_report(results, ["grpo"], ["vimpo"], []))
+    assert "- Mechanism (vimpo):" in text and "Mechanism (klpo)" not in text
