@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -77,3 +79,10 @@ def test_all_pairs_and_table():
     assert len(rows) == 2 + 3 and "| x | z | 3 | +1.000 |" in rows[3]
     with pytest.raises(ValueError, match="same seeds"):
         compare_pair("a", "b", [1, 2], [1, 2, 3])
+
+
+def test_one_seed_resolves_nothing():
+    # One value has no spread to estimate: no interval, so no verdict, however large the gap.
+    m, lo, hi = t_interval([0.4])
+    assert m == 0.4 and lo == -math.inf and hi == math.inf
+    assert compare_pair("a", "b", [0.9], [0.1]).verdict == "not resolved"

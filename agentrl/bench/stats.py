@@ -13,6 +13,7 @@ both keeps the verdict conservative. The report says how many seeds stand behind
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -36,13 +37,14 @@ def auc(steps: Sequence[float], values: Sequence[float]) -> float:
 
 
 def t_interval(x: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
-    """Mean and two-sided t-interval of ``x`` (a single value gives a zero-width interval)."""
+    """Mean and two-sided t-interval of ``x``; a single value has no interval: (−inf, inf), so
+    nothing is ever resolved from one seed."""
     from scipy import stats
 
     x = np.asarray(x, dtype=float)
     m = float(x.mean())
     if len(x) < 2:
-        return m, m, m
+        return m, -math.inf, math.inf
     half = float(stats.t.ppf(0.5 + level / 2, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x)))
     return m, m - half, m + half
 
