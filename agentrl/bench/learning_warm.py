@@ -568,6 +568,8 @@ def _plot(results: list[dict], core: list[str], extra: list[str], path: Path) ->
     )
     fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 4.5), squeeze=False)
     for ax, (title, methods) in zip(axes[0], panels, strict=True):
+        # 20 distinct colours: the extra panel can hold more methods than the default 10.
+        ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)
         for m, rs in _by_method(results, methods).items():
             n = min(len(r["y"]) for r in rs)
             x = np.mean([r["x"][:n] for r in rs], axis=0)
