@@ -50,6 +50,13 @@ def header(packages: tuple[str, ...], command: str, quick: bool, note: str = "")
     ]
 
 
+def read_metrics(out: Path) -> list[dict]:
+    """The rows of a run's ``out/metrics.jsonl`` (one per iteration; iteration 0 first)."""
+    import json
+
+    return [json.loads(x) for x in (Path(out) / "metrics.jsonl").read_text().splitlines()]
+
+
 def run_agentrl(overrides: list[str], out: Path) -> float:
     """Run ``python -m agentrl.run <overrides>`` writing to ``out``; return its wall time.
 

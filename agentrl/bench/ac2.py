@@ -23,14 +23,13 @@ Options: ``--seeds 3 --iterations 240 --eval-every 30 --sft-steps 1500 --report-
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from datetime import date
 from pathlib import Path
 
 import numpy as np
 
-from agentrl.bench._report import cpu_name, run_agentrl, version
+from agentrl.bench._report import cpu_name, read_metrics, run_agentrl, version
 from agentrl.bench.stats import t_interval
 
 ENV = ["env=proof", "env.difficulty=[1]"]
@@ -152,7 +151,7 @@ def _sft_loss(work: Path) -> str:
 
 
 def _load(out: Path) -> list[dict]:
-    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    return read_metrics(out)
 
 
 def curve(rows: list[dict]) -> tuple[np.ndarray, np.ndarray]:

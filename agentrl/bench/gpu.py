@@ -22,7 +22,6 @@ Without a CUDA device it stops at once with exit code 1 and says so.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -31,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from agentrl.bench._report import header
+from agentrl.bench._report import header, read_metrics
 
 ARCH = {
     "model.arch": "qwen2",
@@ -94,7 +93,7 @@ def _stage_train(work: Path) -> tuple[bool, dict]:
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         return False, {"error": proc.stderr[-1500:]}
-    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(out)
     last = rows[-1]
     return True, {
         "wall_s": wall,

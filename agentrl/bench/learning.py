@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agentrl.bench._report import run_agentrl
+from agentrl.bench._report import read_metrics, run_agentrl
 from agentrl.credit import get_estimator, list_estimators
 
 # The budget, identical for every estimator: 8 tasks x 8 rollouts per iteration on 6x6 Sokoban
@@ -134,7 +134,7 @@ def _reevaluate(seed: int, episodes: int, out: Path, checkpoint: Path | None) ->
 
 def _load_run(algo: str, seed: int, out: Path) -> dict:
     """A finished run's metrics rows (and wall time) from its output directory."""
-    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(out)
     wall = out / "wall_s"
     hints = [a for a in _method_args(algo) if a != f"algo={algo}"]
     return {

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agentrl.bench._report import header, run_agentrl
+from agentrl.bench._report import header, read_metrics, run_agentrl
 from agentrl.bench.stats import PairVerdict, auc, compare_pair, pairs_table, t_interval
 
 TASK = ["env=sokoban", "env.dim_room=[7,7]", "env.num_boxes=2", "env.max_steps=30"]
@@ -205,7 +205,7 @@ def summarise(method: str, seed: int, out: Path) -> dict:
     at each evaluation (``x``, ``y``; the first at iteration 0) and training success per
     iteration (``train``), with the invalid-action rate and policy entropy per iteration
     (``invalid``, ``entropy``: the signs of a policy that has come apart)."""
-    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(out)
     total, xs, ys, train, invalid, entropy = 0.0, [], [], [], [], []
     for r in rows:
         if r["iteration"] > 0:

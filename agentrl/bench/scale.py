@@ -11,7 +11,6 @@ Ray actors, same games and commands.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import subprocess
@@ -22,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agentrl.bench._report import header
+from agentrl.bench._report import header, read_metrics
 
 SETTINGS = [
     "trainer.eval_every=0",
@@ -44,7 +43,7 @@ def _run(world: int, steps: int, out: Path) -> dict[str, float]:
     proc = subprocess.run([*launch, *args], capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"world size {world} failed:\n{proc.stderr[-3000:]}")
-    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()][1:]
+    rows = read_metrics(out)[1:]
     n_eps = 8 * 8
 
     def med(fn) -> float:

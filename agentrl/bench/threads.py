@@ -13,7 +13,6 @@ jobs of a shared machine; the load average of each condition is recorded.
 
 from __future__ import annotations
 
-import json
 import multiprocessing as mp
 import os
 import statistics
@@ -22,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agentrl.bench._report import header, run_agentrl
+from agentrl.bench._report import header, read_metrics, run_agentrl
 
 
 def _spin() -> None:
@@ -40,7 +39,7 @@ def _iteration_seconds(threads: int, steps: int, out: Path) -> list[float]:
         ],
         out,
     )
-    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(out)
     return [r["perf/iteration_s"] for r in rows if r["iteration"] > 1]  # the first warms up
 
 

