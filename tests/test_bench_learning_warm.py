@@ -189,3 +189,23 @@ def test_missing_runs_are_named_and_mechanisms_shown_for_methods_that_ran():
     assert lw._coverage(results, ["grpo"], [0, 1, 2], [], []) == []
     text = "\n".join(lw.build_report(results, ["grpo"], ["vimpo"], []))
     assert "- Mechanism (vimpo):" in text and "Mechanism (klpo)" not in text
+
+
+def test_report_states_the_smallest_resolvable_difference():
+    """'Not resolved' comes with a size: the median paired-t half-width over the core pairs."""
+    from scipy import stats
+
+    base = [0.30, 0.32, 0.35, 0.31, 0.33]
+    noise = [0.02, -0.01, 0.03, -0.02, 0.0]
+    results = _results("grpo", base) + _results("gigpo", [b + e for b, e in zip(base, noise)])
+    text = "\n".join(lw.build_report(results, ["grpo", "gigpo"], [], ["head"]))
+    # One pair: final eval difference d = -noise; half-width t(0.975, 4) * sd(d) / sqrt(5).
+    half = stats.t.ppf(0.975, 4) * np.std(noise, ddof=1) / np.sqrt(5)
+    assert (
+        f"Resolution on final eval success: the paired 95% t half-width has median {half:.3f}"
+        in text
+    )
+    assert "over 1 pairs at 5 seeds" in text
+    # One seed gives no interval, so no resolution line either.
+    one = _results("grpo", base[:1]) + _results("gigpo", base[:1])
+    assert "Resolution on" not in "\n".join(lw.build_report(one, ["grpo", "gigpo"], [], ["h"]))

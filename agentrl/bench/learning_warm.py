@@ -552,7 +552,25 @@ def _summary(by_core: dict[str, list[dict]], by_extra: dict[str, list[dict]]) ->
             f"- Core pairs resolved on {what} (both intervals exclude 0): "
             f"{len(resolved)} of {len(pairs)} ({told})."
         )
+        out += _resolution(pairs, what)
     return [*out, ""]
+
+
+def _resolution(pairs: list[PairVerdict], what: str) -> list[str]:
+    """How large a difference the benchmark could have resolved: the median half-width of the
+    core pairs' paired-t intervals. "Not resolved" is then a statement with a size: a true
+    difference well below this half-width is invisible at this budget, one well above it is
+    not (a pair whose mean difference equals the half-width sits on the edge)."""
+    half = [(p.t[1] - p.t[0]) / 2 for p in pairs if np.isfinite(p.t[0])]
+    if not half:
+        return []
+    seeds = sorted({p.n for p in pairs if np.isfinite(p.t[0])})
+    return [
+        f"  Resolution on {what}: the paired 95% t half-width has median {np.median(half):.3f} "
+        f"(range {min(half):.3f}–{max(half):.3f}) over {len(half)} pairs at "
+        f"{'/'.join(map(str, seeds))} seeds; differences much smaller than that cannot be "
+        "told apart at this budget."
+    ]
 
 
 def _plot(results: list[dict], core: list[str], extra: list[str], path: Path) -> None:
