@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -99,7 +100,7 @@ def _fake_bench(tmp_path, monkeypatch, weights: bytes = b"w0"):
     (init / "model.safetensors").write_bytes(weights)
     trained: list[tuple[str, int]] = []
 
-    def fake_run(method, seed, init_, iterations, eval_every, out):
+    def fake_run(method, seed, init_, iterations, eval_every, out, key):
         trained.append((method, seed))
         final = 0.3 + 0.01 * seed + (0.05 if method == "crbc" else 0.0)
         return {
@@ -209,3 +210,36 @@ def test_report_states_the_smallest_resolvable_difference():
     # One seed gives no interval, so no resolution line either.
     one = _results("grpo", base[:1]) + _results("gigpo", base[:1])
     assert "Resolution on" not in "\n".join(lw.build_report(one, ["grpo", "gigpo"], [], ["h"]))
+
+
+def test_a_finished_run_dir_of_another_key_is_rerun_not_reported(tmp_path, monkeypatch):
+    """A run directory left by another budget (or an unstamped older benchmark) must not be
+    summarised under this key: it is wiped and run again; one of this key is reused."""
+    calls: list[Path] = []
+
+    def fake_agentrl(overrides, out):
+        calls.append(out)
+        (out / "checkpoints" / "latest").mkdir(parents=True)
+        rows = [{"iteration": 0, "eval/success": 0.5}]
+        rows.append({"iteration": 1, "env/length": 10.0, "env/success": 0.5, "eval/success": 0.6})
+        (out / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+        return 1.0
+
+    monkeypatch.setattr(lw, "run_agentrl", fake_agentrl)
+    out = tmp_path / "grpo_seed0"
+    (out / "checkpoints" / "latest").mkdir(parents=True)
+    old = [
+        {"iteration": 0, "eval/success": 0.1},
+        {"iteration": 1, "env/length": 10.0, "env/success": 0.1, "eval/success": 0.9},
+    ]
+    (out / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in old))
+    (out / "stale_marker").write_text("x")
+    r = lw._run("grpo", 0, tmp_path / "init", 1, 1, out, "key-a")
+    assert calls == [out] and r["y"] == [0.5, 0.6] and not (out / "stale_marker").exists()
+    assert (out / "run_key").read_text() == "key-a"
+    # The same key again: reused, not rerun.
+    assert lw._run("grpo", 0, tmp_path / "init", 1, 1, out, "key-a")["y"] == [0.5, 0.6]
+    assert len(calls) == 1
+    # Another key: rerun.
+    lw._run("grpo", 0, tmp_path / "init", 1, 1, out, "key-b")
+    assert len(calls) == 2 and (out / "run_key").read_text() == "key-b"

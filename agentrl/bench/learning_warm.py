@@ -31,6 +31,7 @@ import argparse
 import datetime
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
 import threading
@@ -230,8 +231,14 @@ def summarise(method: str, seed: int, out: Path) -> dict:
     }
 
 
-def _run(method: str, seed: int, init: Path, iterations: int, eval_every: int, out: Path):
-    if not _finished(out):
+def _run(method: str, seed: int, init: Path, iterations: int, eval_every: int, out: Path, key: str):
+    if not _finished(out, key):
+        if out.exists() and _stamp(out) != key:
+            # A run of another budget, method or warm start (or of an older benchmark that did
+            # not stamp its runs): resuming it would report it under this key.
+            shutil.rmtree(out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "run_key").write_text(key)
         run_agentrl(
             [
                 *BUDGET,
@@ -248,8 +255,19 @@ def _run(method: str, seed: int, init: Path, iterations: int, eval_every: int, o
     return summarise(method, seed, out)
 
 
-def _finished(out: Path) -> bool:
-    return (out / "metrics.jsonl").exists() and (out / "checkpoints" / "latest").exists()
+def _stamp(out: Path) -> str | None:
+    """The run key a run directory was started under (None when unstamped)."""
+    path = out / "run_key"
+    return path.read_text().strip() if path.exists() else None
+
+
+def _finished(out: Path, key: str) -> bool:
+    """A finished run of exactly this key (see :func:`run_key`) is in ``out``."""
+    return (
+        _stamp(out) == key
+        and (out / "metrics.jsonl").exists()
+        and (out / "checkpoints" / "latest").exists()
+    )
 
 
 def run(out_dir: str = "results", quick: bool = False, log=print, argv: list[str] | None = None):
@@ -298,7 +316,9 @@ def run(out_dir: str = "results", quick: bool = False, log=print, argv: list[str
         init_hash = weights_hash(init)
     keys = {(m, s): run_key(m, s, iterations, eval_every, init_hash) for m, s in jobs}
     if opts.report_only:
-        jobs = [j for j in jobs if keys[j] in store or _finished(work / f"{j[0]}_seed{j[1]}")]
+        jobs = [
+            j for j in jobs if keys[j] in store or _finished(work / f"{j[0]}_seed{j[1]}", keys[j])
+        ]
     stored = sum(keys[j] in store for j in jobs)
     log(
         f"[learning-warm] {len(jobs)} runs ({stored} stored in {store_path}): {core} x seeds "
@@ -310,7 +330,7 @@ def run(out_dir: str = "results", quick: bool = False, log=print, argv: list[str
         m, s = job
         if keys[job] in store:
             return store[keys[job]]
-        r = _run(m, s, init, iterations, eval_every, work / f"{m}_seed{s}")
+        r = _run(m, s, init, iterations, eval_every, work / f"{m}_seed{s}", keys[job])
         r.update(key=keys[job], init=init_hash, date=datetime.date.today().isoformat())
         # One line per finished run, so a benchmark cut short keeps what it did.
         with lock, store_path.open("a") as f:
