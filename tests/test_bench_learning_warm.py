@@ -243,3 +243,37 @@ def test_a_finished_run_dir_of_another_key_is_rerun_not_reported(tmp_path, monke
     # Another key: rerun.
     lw._run("grpo", 0, tmp_path / "init", 1, 1, out, "key-b")
     assert len(calls) == 2 and (out / "run_key").read_text() == "key-b"
+
+
+def test_signal_per_update_is_summarised_and_reported(tmp_path):
+    """The runs' diagnostics (mixed groups, half-batch gradient agreement, KL) reach the store
+    and the report; runs stored before them are left out of that table, not shown as 0."""
+    out = tmp_path / "run"
+    out.mkdir()
+    rows = [{"iteration": 0, "eval/success": 0.2}]
+    for i, (mixed, cos) in enumerate([(0.25, 0.1), (0.125, -0.05)], start=1):
+        rows.append(
+            {
+                "iteration": i,
+                "env/length": 20.0,
+                "env/success": 0.2,
+                "diag/mixed_groups": mixed,
+                "diag/grad_cos": cos,
+                "diag/grad_snr": 0.01,
+                "loss/approx_kl": 0.004,
+                "eval/success": 0.2,
+            }
+        )
+    (out / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    r = lw.summarise("grpo", 0, out)
+    assert r["signal"]["mixed"] == [0.25, 0.125] and r["signal"]["grad_cos"] == [0.1, -0.05]
+    second = {**r, "seed": 1, "signal": {**r["signal"], "mixed": [0.5, 0.5]}}
+    legacy = {k: v for k, v in r.items() if k != "signal"} | {"method": "gigpo"}
+    text = "\n".join(lw.build_report([r, second, legacy], ["grpo", "gigpo"], [], ["h"]))
+    row = next(line for line in text.splitlines() if line.startswith("| grpo | 0.")).split("|")
+    # Mixed: per run means 0.1875 and 0.5, then their mean 0.34375.
+    assert row[2].strip().startswith("0.344 [")
+    section = text.split("## Signal per update")[1].split("\n## ")[0]
+    assert "| grpo |" in section and "gigpo" not in section
+    assert "- Signal (grpo): 34% of the groups" in text and "mean cosine +0.03" in text
+    assert "mostly disagree" in text

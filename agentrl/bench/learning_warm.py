@@ -201,19 +201,35 @@ def load_store(path: Path) -> dict[str, dict]:
     return out
 
 
+SIGNAL = (
+    ("mixed", "diag/mixed_groups", "groups with both a solved and an unsolved episode"),
+    ("grad_cos", "diag/grad_cos", "cosine between the gradients of two half mini-batches"),
+    ("grad_snr", "diag/grad_snr", "gradient signal-to-noise ratio of a half mini-batch"),
+    ("approx_kl", "loss/approx_kl", "approximate KL of one iteration's update"),
+)
+"""How much signal each update carries (name in the stored summary, metric, meaning): the
+fraction of groups whose success varies (only they carry an outcome signal), and whether two
+halves of a mini-batch agree on the gradient (cosine and SNR near 0: the update is mostly
+sampling noise); the approximate KL says how far each iteration moved the policy."""
+
+
 def summarise(method: str, seed: int, out: Path) -> dict:
     """A finished run's summary from its ``metrics.jsonl``: environment steps and eval success
     at each evaluation (``x``, ``y``; the first at iteration 0) and training success per
     iteration (``train``), with the invalid-action rate and policy entropy per iteration
-    (``invalid``, ``entropy``: the signs of a policy that has come apart)."""
+    (``invalid``, ``entropy``: the signs of a policy that has come apart), and the signal in
+    each update (``signal``: the :data:`SIGNAL` diagnostics per iteration)."""
     rows = read_metrics(out)
     total, xs, ys, train, invalid, entropy = 0.0, [], [], [], [], []
+    signal: dict[str, list[float]] = {name: [] for name, _, _ in SIGNAL}
     for r in rows:
         if r["iteration"] > 0:
             total += r["env/length"] * BATCH
             train.append(r["env/success"])
             invalid.append(r.get("env/invalid_rate", float("nan")))
             entropy.append(r.get("loss/entropy", float("nan")))
+            for name, metric, _ in SIGNAL:
+                signal[name].append(r.get(metric, float("nan")))
         if "eval/success" in r:
             xs.append(total)
             ys.append(r["eval/success"])
@@ -226,6 +242,7 @@ def summarise(method: str, seed: int, out: Path) -> dict:
         "train": train,
         "invalid": invalid,
         "entropy": entropy,
+        "signal": signal,
         "env_steps": total,
         "wall_s": wall,
     }
@@ -483,6 +500,7 @@ def build_report(
                 cells.append(f"{first:.2f} → {last:.2f}" if np.isfinite(last) else "—")
             lines.append(f"| {m} | {len(rs)} | " + " | ".join(cells) + " |")
         lines.append("")
+    lines += _signal_table({**by_core, **by_extra})
     if len(by_core) > 1:
         for what, key in METRICS:
             lines += [f"## Core pairs: {what}", ""]
@@ -537,6 +555,19 @@ def _summary(by_core: dict[str, list[dict]], by_extra: dict[str, list[dict]]) ->
             "; training success averages all "
             f"{len(next(iter(every.values()))[0]['train']) * BATCH} training episodes of a run."
         )
+    if "grpo" in every:
+        mixed, cos = _signal(every["grpo"], "mixed")[0], _signal(every["grpo"], "grad_cos")[0]
+        if np.isfinite(mixed) and np.isfinite(cos):
+            noise = (
+                ": the halves mostly disagree, so most of each update is sampling noise"
+                if abs(cos) < 0.2
+                else ""
+            )
+            out.append(
+                f"- Signal (grpo): {mixed:.0%} of the groups in a batch had both a solved and "
+                f"an unsolved episode (the others carry no outcome contrast); the gradients of "
+                f"two halves of a mini-batch had mean cosine {cos:+.2f}{noise}."
+            )
     for m, rs in every.items():
         mean, lo, hi = t_interval([_gain(r) for r in rs])
         if lo > 0:
@@ -574,6 +605,45 @@ def _summary(by_core: dict[str, list[dict]], by_extra: dict[str, list[dict]]) ->
         )
         out += _resolution(pairs, what)
     return [*out, ""]
+
+
+def _signal(rs: list[dict], name: str) -> tuple[float, float, float]:
+    """Mean over seeds of a run's mean ``signal[name]`` over its iterations, with a 95%
+    t-interval over seeds; NaN when no run recorded it (runs stored before it was)."""
+    per_run = [
+        float(np.nanmean(r["signal"][name]))
+        for r in rs
+        if r.get("signal", {}).get(name) and np.isfinite(r["signal"][name]).any()
+    ]
+    if not per_run:
+        return float("nan"), float("nan"), float("nan")
+    return t_interval(per_run)
+
+
+def _signal_table(every: dict[str, list[dict]]) -> list[str]:
+    """The signal in each update per method (:data:`SIGNAL`), averaged over iterations, with
+    95% t-intervals over seeds; methods whose runs did not record it are left out."""
+    rows = []
+    for m, rs in every.items():
+        cells = [_signal(rs, name) for name, _, _ in SIGNAL]
+        if all(np.isnan(c[0]) for c in cells):
+            continue
+        text = [f"{c[0]:.3f} [{c[1]:.3f}, {c[2]:.3f}]" if np.isfinite(c[0]) else "—" for c in cells]
+        rows.append(f"| {m} | " + " | ".join(text) + " |")
+    if not rows:
+        return []
+    return [
+        "## Signal per update",
+        "",
+        "Mean over the iterations of a run, then over seeds (95% t). "
+        + "; ".join(f"{name}: {meaning} (`{metric}`)" for name, metric, meaning in SIGNAL)
+        + ".",
+        "",
+        "| method | " + " | ".join(name for name, _, _ in SIGNAL) + " |",
+        "|---|" + "---|" * len(SIGNAL),
+        *rows,
+        "",
+    ]
 
 
 def _resolution(pairs: list[PairVerdict], what: str) -> list[str]:
