@@ -276,4 +276,4 @@ def test_signal_per_update_is_summarised_and_reported(tmp_path):
     section = text.split("## Signal per update")[1].split("\n## ")[0]
     assert "| grpo |" in section and "gigpo" not in section
     assert "- Signal (grpo): 34% of the groups" in text and "mean cosine +0.03" in text
-    assert "mostly disagree" in text
+    assert "nearly orthogonal" in text

@@ -12,8 +12,10 @@ from agentrl.bench.stats import (
     auc,
     bootstrap_interval,
     compare_pair,
+    holm,
     pairs_table,
     t_interval,
+    t_p,
     verdict,
 )
 
@@ -86,3 +88,41 @@ def test_one_seed_resolves_nothing():
     m, lo, hi = t_interval([0.4])
     assert m == 0.4 and lo == -math.inf and hi == math.inf
     assert compare_pair("a", "b", [0.9], [0.1]).verdict == "not resolved"
+
+
+def test_paired_t_p_value_by_hand():
+    # d = [1, 2, 3]: t = 2 / (1 / sqrt 3) = 2 sqrt 3 on 2 degrees of freedom, whose two-sided
+    # p has the closed form 1 - t / sqrt(2 + t^2) = 1 - sqrt(12 / 14).
+    assert t_p([1.0, 2.0, 3.0]) == pytest.approx(1 - np.sqrt(12 / 14), rel=1e-9)
+    assert t_p([0.2, 0.2]) == 0.0 and t_p([0.0, 0.0, 0.0]) == 1.0 and t_p([0.5]) == 1.0
+    assert compare_pair("a", "b", [2.0, 3.0, 4.0], [1.0, 1.0, 1.0]).p == pytest.approx(
+        1 - np.sqrt(12 / 14)
+    )
+
+
+def test_holm_adjusts_by_hand_and_keeps_order():
+    from dataclasses import replace
+
+    base = compare_pair("a", "b", [1.0, 2.0, 3.0], [0.0, 0.0, 0.0])
+    pairs = [replace(base, a=str(i), p=p) for i, p in enumerate([0.01, 0.04, 0.03])]
+    # Sorted 0.01, 0.03, 0.04 -> 3 x 0.01, 2 x 0.03, max(0.06, 1 x 0.04).
+    adjusted = holm(pairs)
+    assert [p.a for p in adjusted] == ["0", "1", "2"]
+    assert [p.p_holm for p in adjusted] == pytest.approx([0.03, 0.06, 0.06])
+    assert holm([replace(base, p=0.9), replace(base, p=0.8)])[0].p_holm == 1.0
+
+
+def test_family_wise_verdict_drops_a_call_that_holm_does_not_support():
+    """One real difference among 28 pairs survives; a pair called at p = 0.03 alone does not."""
+    from dataclasses import replace
+
+    strong = replace(compare_pair("a", "b", [1.0, 1.1, 1.2, 1.0, 1.1], [0.0] * 5))
+    weak = replace(strong, a="c", p=0.03)
+    nulls = [replace(strong, a=f"n{i}", verdict="not resolved", p=0.5) for i in range(26)]
+    rows = pairs_table([strong, weak, *nulls], "x", family=True)
+    assert rows[0].endswith("| paired-t p | Holm p | verdict, family-wise |")
+    assert rows[2].endswith("| better |") and "| better | " in rows[2]
+    weak_row = rows[3]
+    assert "| better | 0.030 | 0.810 | not resolved |" in weak_row
+    # Without family the table is the one the other benchmarks print.
+    assert pairs_table([strong], "x")[0].endswith("| verdict (A vs B) |")

@@ -42,7 +42,14 @@ from pathlib import Path
 import numpy as np
 
 from agentrl.bench._report import header, read_metrics, run_agentrl
-from agentrl.bench.stats import PairVerdict, auc, compare_pair, pairs_table, t_interval
+from agentrl.bench.stats import (
+    PairVerdict,
+    auc,
+    compare_pair,
+    holm,
+    pairs_table,
+    t_interval,
+)
 
 TASK = ["env=sokoban", "env.dim_room=[7,7]", "env.num_boxes=2", "env.max_steps=30"]
 # The default tiny model (64 wide, 2 layers) only learns to answer with a valid move from
@@ -104,6 +111,11 @@ VERSUS: dict[str, str] = {"gae_pretrained": "gae"}
 """Extra methods also compared with a baseline other than grpo: CFP's question is whether a
 pretrained critic beats a fresh one on the same actor."""
 MECHANISMS: dict[str, str] = {
+    "rloo": "RLOO's advantage is the return minus the mean of the other returns, in return "
+    "units (ALGOS.md 7.3: no division by the group's spread); Sokoban's returns here span about "
+    "−3 to +11, so at the same learning rate each update is larger than GRPO's z-scored one "
+    "(the Signal table: approximate KL per iteration about 3 times GRPO's), and the policy "
+    "drifts (invalid actions and entropy rise).",
     "klpo": "KLPO's per-token signal h = R − β·ℓ has no baseline (ALGOS.md 7.5: no group, no "
     "whitening); most Sokoban returns here are negative (−0.1 per step), so the sampled tokens "
     "of most episodes are pushed down, and with no ratio clip or length normalisation the "
@@ -510,12 +522,12 @@ def build_report(
                 for i, a in enumerate(names)
                 for b in names[i + 1 :]
             ]
-            lines += [*pairs_table(pairs, what), ""]
+            lines += [*pairs_table(pairs, what, family=True), ""]
     if by_extra and "grpo" in by_core:
         for what, key in METRICS:
             lines += [f"## Against grpo: {what}", ""]
             pairs = [_pair(m, rs, "grpo", by_core["grpo"], key) for m, rs in by_extra.items()]
-            lines += [*pairs_table(pairs, what), ""]
+            lines += [*pairs_table(pairs, what, family=True), ""]
     lines += _summary(by_core, by_extra)
     every = {**by_core, **by_extra}
     own = [(m, b) for m, b in VERSUS.items() if m in by_extra and b in every and b != "grpo"]
@@ -523,7 +535,7 @@ def build_report(
         for what, key in METRICS:
             lines += [f"## Against their own baseline: {what}", ""]
             pairs = [_pair(m, every[m], b, every[b], key) for m, b in own]
-            lines += [*pairs_table(pairs, what), ""]
+            lines += [*pairs_table(pairs, what, family=True), ""]
     return lines
 
 
@@ -559,7 +571,8 @@ def _summary(by_core: dict[str, list[dict]], by_extra: dict[str, list[dict]]) ->
         mixed, cos = _signal(every["grpo"], "mixed")[0], _signal(every["grpo"], "grad_cos")[0]
         if np.isfinite(mixed) and np.isfinite(cos):
             noise = (
-                ": the halves mostly disagree, so most of each update is sampling noise"
+                ": the halves' gradients are nearly orthogonal, so most of each update is "
+                "sampling noise"
                 if abs(cos) < 0.2
                 else ""
             )
@@ -599,9 +612,13 @@ def _summary(by_core: dict[str, list[dict]], by_extra: dict[str, list[dict]]) ->
             continue
         resolved = [p for p in pairs if p.verdict != "not resolved"]
         told = "; ".join(f"{p.a} {p.verdict} than {p.b}" for p in resolved) or "none"
+        kept = [p for p in holm(pairs) if p.verdict_holm != "not resolved"]
+        kept_told = "; ".join(f"{p.a} {p.verdict} than {p.b}" for p in kept) or "none"
         out.append(
             f"- Core pairs resolved on {what} (both intervals exclude 0): "
-            f"{len(resolved)} of {len(pairs)} ({told})."
+            f"{len(resolved)} of {len(pairs)} ({told}); with no true difference up to about "
+            f"{0.05 * len(pairs):.1f} of {len(pairs)} would be called by chance. Family-wise "
+            f"(Holm over the {len(pairs)} pairs): {len(kept)} ({kept_told})."
         )
         out += _resolution(pairs, what)
     return [*out, ""]

@@ -9,6 +9,12 @@ intervals lie above 0, **worse** when both lie below, and **not resolved** other
 seeds the percentile bootstrap is too narrow (it ignores the t correction and resamples only 5
 values), so it alone would call differences that the t-interval does not support; requiring
 both keeps the verdict conservative. The report says how many seeds stand behind each verdict.
+
+A table of many pairs is many tests: with 28 pairs and no true difference anywhere, about 1.4
+of them would still be called at the 95% level. So each table is also read as one family:
+the paired-t p-values are adjusted by Holm's step-down method (which controls the chance of
+any false call in the family at 5%), and the family-wise verdict keeps a pair's verdict only
+when its adjusted p is below 0.05.
 """
 
 from __future__ import annotations
@@ -72,6 +78,15 @@ class PairVerdict:
     t: tuple[float, float]
     verdict: str
     """``better`` (A > B), ``worse`` (A < B) or ``not resolved``."""
+    p: float = math.nan
+    """Two-sided paired-t p-value of a zero mean difference (1 with no spread and mean 0)."""
+    p_holm: float = math.nan
+    """``p`` adjusted over the pair's family by :func:`holm` (NaN until adjusted)."""
+
+    @property
+    def verdict_holm(self) -> str:
+        """The verdict kept only when the Holm-adjusted p is below 0.05."""
+        return self.verdict if self.p_holm < 0.05 else "not resolved"
 
 
 def verdict(lo: float, hi: float) -> str:
@@ -93,8 +108,37 @@ def compare_pair(a: str, b: str, xa: Sequence[float], xb: Sequence[float]) -> Pa
     _, tlo, thi = t_interval(d)
     # Both intervals must exclude 0 (see the module docstring).
     return PairVerdict(
-        a, b, len(d), m, (blo, bhi), (tlo, thi), verdict(min(blo, tlo), max(bhi, thi))
+        a, b, len(d), m, (blo, bhi), (tlo, thi), verdict(min(blo, tlo), max(bhi, thi)), t_p(d)
     )
+
+
+def t_p(d: Sequence[float]) -> float:
+    """Two-sided one-sample t-test p-value of mean(d) = 0; 1 for fewer than 2 values, and for
+    no spread: 0 when the constant is not 0, else 1."""
+    from scipy import stats
+
+    d = np.asarray(d, dtype=float)
+    if len(d) < 2:
+        return 1.0
+    # No spread up to rounding (e.g. 0.3 − 0.2 against 0.1): the t statistic is meaningless.
+    if np.ptp(d) <= 1e-12 * max(1.0, float(np.abs(d).max())):
+        return 0.0 if abs(d.mean()) > 1e-12 else 1.0
+    return float(stats.ttest_1samp(d, 0.0).pvalue)
+
+
+def holm(pairs: Sequence[PairVerdict]) -> list[PairVerdict]:
+    """The pairs with ``p_holm`` set: Holm's step-down adjustment of their ``p`` over the
+    family. With p sorted ascending, p_(i) becomes max_{j <= i} min(1, (m − j + 1)·p_(j))
+    (1-based j, m pairs); the order of the pairs is kept."""
+    from dataclasses import replace
+
+    order = sorted(range(len(pairs)), key=lambda i: pairs[i].p)
+    adjusted = [math.nan] * len(pairs)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(pairs) - rank) * pairs[i].p))
+        adjusted[i] = running
+    return [replace(p, p_holm=q) for p, q in zip(pairs, adjusted)]
 
 
 def all_pairs(values: Mapping[str, Sequence[float]]) -> list[PairVerdict]:
@@ -107,15 +151,26 @@ def all_pairs(values: Mapping[str, Sequence[float]]) -> list[PairVerdict]:
     ]
 
 
-def pairs_table(pairs: Sequence[PairVerdict], what: str) -> list[str]:
-    """Markdown rows: A − B, mean difference, bootstrap and t intervals, verdict."""
-    lines = [
-        f"| A | B | seeds | mean {what} A − B | 95% bootstrap | 95% paired t | verdict (A vs B) |",
-        "|---|---|---:|---:|---|---|---|",
-    ]
+def pairs_table(pairs: Sequence[PairVerdict], what: str, family: bool = False) -> list[str]:
+    """Markdown rows: A − B, mean difference, bootstrap and t intervals, verdict; with
+    ``family`` the pairs are one family (:func:`holm`) and the rows add the paired-t p, its
+    Holm adjustment and the family-wise verdict."""
+    if family:
+        pairs = holm(pairs)
+    head = (
+        f"| A | B | seeds | mean {what} A − B | 95% bootstrap | 95% paired t | verdict (A vs B) |"
+    )
+    rule = "|---|---|---:|---:|---|---|---|"
+    if family:
+        head += " paired-t p | Holm p | verdict, family-wise |"
+        rule += "---:|---:|---|"
+    lines = [head, rule]
     for p in pairs:
-        lines.append(
+        row = (
             f"| {p.a} | {p.b} | {p.n} | {p.mean_diff:+.3f} | [{p.boot[0]:+.3f}, {p.boot[1]:+.3f}] "
             f"| [{p.t[0]:+.3f}, {p.t[1]:+.3f}] | {p.verdict} |"
         )
+        if family:
+            row += f" {p.p:.3f} | {p.p_holm:.3f} | {p.verdict_holm} |"
+        lines.append(row)
     return lines
