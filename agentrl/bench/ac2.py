@@ -142,16 +142,12 @@ def _run(
         ],
         out,
     )
-    return _load(out)
+    return read_metrics(out)
 
 
 def _sft_loss(work: Path) -> str:
     f = work / "sft_loss"
     return f.read_text().strip() if f.exists() else "n/a"
-
-
-def _load(out: Path) -> list[dict]:
-    return read_metrics(out)
 
 
 def curve(rows: list[dict]) -> tuple[np.ndarray, np.ndarray]:
@@ -309,7 +305,7 @@ def run(out_dir: str = "results", quick: bool = False, log=print, argv: list[str
             log(f"[ac2] {m} seed {seed}")
             # A finished run (its wall time written) is reused: delete its folder to redo it.
             done = opts.report_only or (path / "wall_s").exists()
-            rows = _load(path) if done else _run(m, seed, iterations, eval_every, path, init)
+            rows = read_metrics(path) if done else _run(m, seed, iterations, eval_every, path, init)
             runs[m].append(rows)
     curves = {m: [curve(r) for r in rs] for m, rs in runs.items()}
     # Mean curve over seeds (same evaluation iterations for every run).

@@ -513,22 +513,28 @@ def build_report(
             lines.append(f"| {m} | {len(rs)} | " + " | ".join(cells) + " |")
         lines.append("")
     lines += _signal_table({**by_core, **by_extra})
-    if len(by_core) > 1:
-        for what, key in METRICS:
-            lines += [f"## Core pairs: {what}", ""]
-            names = list(by_core)
-            pairs = [
+    # Every pair of core methods per metric, once: the tables and the summary both read them.
+    names = list(by_core)
+    core_pairs = {
+        what: holm(
+            [
                 _pair(a, by_core[a], b, by_core[b], key)
                 for i, a in enumerate(names)
                 for b in names[i + 1 :]
             ]
+        )
+        for what, key in METRICS
+    }
+    if len(by_core) > 1:
+        for what, pairs in core_pairs.items():
+            lines += [f"## Core pairs: {what}", ""]
             lines += [*pairs_table(pairs, what, family=True), ""]
     if by_extra and "grpo" in by_core:
         for what, key in METRICS:
             lines += [f"## Against grpo: {what}", ""]
             pairs = [_pair(m, rs, "grpo", by_core["grpo"], key) for m, rs in by_extra.items()]
             lines += [*pairs_table(pairs, what, family=True), ""]
-    lines += _summary(by_core, by_extra)
+    lines += _summary(by_core, by_extra, core_pairs)
     every = {**by_core, **by_extra}
     own = [(m, b) for m, b in VERSUS.items() if m in by_extra and b in every and b != "grpo"]
     if own:
@@ -539,9 +545,17 @@ def build_report(
     return lines
 
 
-def _summary(by_core: dict[str, list[dict]], by_extra: dict[str, list[dict]]) -> list[str]:
+def _summary(
+    by_core: dict[str, list[dict]],
+    by_extra: dict[str, list[dict]],
+    core_pairs: dict[str, list[PairVerdict]],
+) -> list[str]:
     """Generated sentences: which methods moved from the warm start, and which core pairs are
-    resolved (each statement is an interval's, nothing more)."""
+    resolved (each statement is an interval's, nothing more).
+
+    Args:
+        core_pairs: metric name → every pair of core methods, Holm-adjusted (:func:`holm`).
+    """
     out = ["## What the data shows", ""]
     every = {**by_core, **by_extra}
     # Single-rollout objectives (KLPO, negative-token filtering) draw 64 tasks x 1 rollout:
@@ -601,18 +615,12 @@ def _summary(by_core: dict[str, list[dict]], by_extra: dict[str, list[dict]]) ->
             f"{len(rs)} seeds: {what}{broke}."
         )
     out += [f"- Mechanism ({m}): {MECHANISMS[m]}" for m in every if m in MECHANISMS]
-    names = list(by_core)
-    for what, key in METRICS:
-        pairs = [
-            _pair(a, by_core[a], b, by_core[b], key)
-            for i, a in enumerate(names)
-            for b in names[i + 1 :]
-        ]
+    for what, pairs in core_pairs.items():
         if not pairs:
             continue
         resolved = [p for p in pairs if p.verdict != "not resolved"]
         told = "; ".join(f"{p.a} {p.verdict} than {p.b}" for p in resolved) or "none"
-        kept = [p for p in holm(pairs) if p.verdict_holm != "not resolved"]
+        kept = [p for p in pairs if p.verdict_holm != "not resolved"]
         kept_told = "; ".join(f"{p.a} {p.verdict} than {p.b}" for p in kept) or "none"
         out.append(
             f"- Core pairs resolved on {what} (both intervals exclude 0): "

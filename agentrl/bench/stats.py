@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -130,8 +130,6 @@ def holm(pairs: Sequence[PairVerdict]) -> list[PairVerdict]:
     """The pairs with ``p_holm`` set: Holm's step-down adjustment of their ``p`` over the
     family. With p sorted ascending, p_(i) becomes max_{j <= i} min(1, (m − j + 1)·p_(j))
     (1-based j, m pairs); the order of the pairs is kept."""
-    from dataclasses import replace
-
     order = sorted(range(len(pairs)), key=lambda i: pairs[i].p)
     adjusted = [math.nan] * len(pairs)
     running = 0.0

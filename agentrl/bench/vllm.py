@@ -94,7 +94,6 @@ def _tokens_per_s(backends: dict, prompts, sampling, reps: int) -> dict[str, flo
 
 def _loop_rate(run_dir: Path) -> tuple[float, float]:
     """Mean ``perf/gen_tokens_per_s`` and rollout seconds per iteration of a training run."""
-
     rows = read_metrics(run_dir)
     rows = [r for r in rows if "perf/gen_tokens_per_s" in r]
     rate = float(np.mean([r["perf/gen_tokens_per_s"] for r in rows]))
