@@ -23,7 +23,6 @@ MOVED: dict[str, str] = {
     "agentrl.synthetic": "agentrl.credit.synthetic",
     "agentrl.learner": "agentrl.learn.learner",
     "agentrl.losses": "agentrl.learn.losses",
-    "agentrl.model": "agentrl.learn.model",
     "agentrl.scoring": "agentrl.learn.scoring",
     "agentrl.prompting": "agentrl.rollout.prompting",
     "agentrl.env_pool": "agentrl.rollout.env_pool",

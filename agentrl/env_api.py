@@ -122,6 +122,11 @@ class TextEnv(gym.Env[str, str]):
     thread-safe."""
     cost_names: tuple[str, ...] = ("invalid", "steps")
     """The names of the costs every step reports in ``info["costs"]`` (``_step_costs``)."""
+    data_notice: str | None = None
+    """A sentence a run shows once about where this environment's data comes from (e.g.
+    generated games whose results are not comparable to published numbers); the env pools
+    collect it from their environments, wherever they run, and log each distinct one once per
+    process (:func:`agentrl.rollout.env_pool.announce`)."""
 
     def __init__(self) -> None:
         self.observation_space = TextSpace()

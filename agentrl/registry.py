@@ -8,6 +8,7 @@ dataclass; it lets a run validate ``env.*`` keys at start-up, before any work is
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,6 +38,33 @@ class EnvSpec:
 _ENVS: dict[str, EnvSpec] = {}
 
 
+def _origin(value: Any) -> Any:
+    """What identifies a registered value across re-imports: a function's or class's module
+    and qualified name (a re-imported module makes new objects with the same names)."""
+    if callable(value) and hasattr(value, "__qualname__"):
+        return (getattr(value, "__module__", None), value.__qualname__)
+    if isinstance(value, tuple):
+        return tuple(_origin(v) for v in value)
+    return value
+
+
+def same_definition(old: Any, new: Any) -> bool:
+    """Whether two registry specs (dataclasses) describe the same definition: every field
+    equal, functions and classes compared by where they are defined. Registering the same
+    thing twice (a module imported again, by a plugin entry point and by hand) is harmless;
+    registering something else under a taken name is an error."""
+    fields = [f.name for f in dataclasses.fields(old)]
+    return type(old) is type(new) and all(
+        _origin(getattr(old, f)) == _origin(getattr(new, f)) for f in fields
+    )
+
+
+def where(value: Any) -> str:
+    """``module.qualname`` of a registered function or class, for error messages."""
+    module, name = _origin(value) if callable(value) else (None, repr(value))
+    return f"{module}.{name}" if module else str(name)
+
+
 def register_env(
     name: str,
     env_id: str,
@@ -47,14 +75,22 @@ def register_env(
 ) -> EnvSpec:
     """Register an environment under a short name and a gymnasium id.
 
+    Registering the same definition again (the module imported twice) is harmless
+    (:func:`same_definition`); estimators and policy losses follow the same rule.
+
     Raises:
         ValueError: if ``name`` or ``env_id`` is already registered to something else.
     """
     spec = EnvSpec(name, env_id, entry_point, config_cls, parallel, prompt_style)
     if name in _ENVS:
-        if _ENVS[name] == spec:
-            return spec  # re-import of the same module: harmless
-        raise ValueError(f"environment name {name!r} is already registered ({_ENVS[name].env_id})")
+        if same_definition(_ENVS[name], spec):
+            _ENVS[name] = spec  # re-import of the same module: keep the newest objects
+            gym.registry[env_id].entry_point = entry_point
+            return spec
+        raise ValueError(
+            f"environment name {name!r} is already registered ({_ENVS[name].env_id}, "
+            f"{where(_ENVS[name].entry_point)}); choose another name"
+        )
     if env_id in gym.registry:
         raise ValueError(f"gymnasium id {env_id!r} is already registered")
     # Step limits are the environment's own (``max_steps``), so no TimeLimit wrapper.

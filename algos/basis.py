@@ -1,9 +1,9 @@
 """BASIS: a baseline shared across the prompts of a batch, for one rollout per prompt.
 
-**This is a reconstruction** (ALGOS.md §7.12, marked [A + R]; Gong, Xu, Ye, Quinzan, Livieri,
+**This is a reconstruction** (docs/methods.md#basis; Gong, Xu, Ye, Quinzan, Livieri,
 Shi, arXiv 2605.27293): the abstract says that with one rollout per prompt the value V(x) is
 estimated by *sharing information across the prompts of the batch*, with offline estimation plus
-online calibration; ALGOS.md proposes shrinkage or regression of R on prompt features or on a
+online calibration; one reconstruction is shrinkage or regression of R on prompt features or on a
 prior difficulty estimate, A = R − V̂(x). The equations and defaults below are our design.
 
 Task features without a model: the task's *cluster* (``batch.group_cluster``,

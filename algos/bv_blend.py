@@ -1,11 +1,11 @@
 """BV-Blend: a prompt baseline blended from the group and the history of its task cluster.
 
-**This is a reconstruction** (ALGOS.md §7.9, marked [A + R]; Chang, Wu, Chang, arXiv
+**This is a reconstruction** (docs/methods.md#bv_blend; Chang, Wu, Chang, arXiv
 2606.28707): the abstract says that per *semantic cluster* of prompts EMA reward moments are
 kept, a confidence weight is derived from a standard-error-of-the-mean (SEM) proxy, and the
 historical and prompt-local baselines and variances are blended, which fixes the zero advantage
-of all-equal groups. The formulas below are ALGOS.md's reconstruction plus two additions of ours
-(marked *ours*); every default is our choice.
+of all-equal groups. The formulas below are a reconstruction (docs/methods.md#bv_blend) plus two
+additions of ours (marked *ours*); every default is our choice.
 
 Clusters are ``batch.group_cluster`` (:func:`agentrl.credit.cluster_key`: the environment's
 ``task_type`` where it reports one, else a hash of the task text). For trajectory i of group g
@@ -25,7 +25,12 @@ in cluster c, with the G rollouts' returns R of the group (M trajectories in the
    are 0, the equal-variance value (1/G)/(1/G + v_c)); λ = 0 for a cluster without history.
 5. b = λ·μ_c + (1−λ)·μ_loc; s² = λ·σ²_c + (1−λ)·σ²_loc, plus (*ours*, ``mixture_var``)
    λ(1−λ)(μ_c − μ_loc)², which makes s² the variance of the λ-mixture of the two reward
-   distributions, so that s = 0 only where R = b and the advantage stays bounded.
+   distributions, so that s = 0 only where R = b and the advantage stays bounded. Without it
+   (*ours*) s is floored at λ·|μ_c − μ_loc|, the size of the history's own shift of the
+   baseline: as written, a group whose returns are all equal after a history of equal returns
+   has s = 0 and a non-zero numerator λ(μ_loc − μ_c), so A = λ/ε (500,000 after four failures
+   then four successes); with the floor the shift alone is at most one unit, as with the
+   mixture variance (which gives √(λ/(1−λ)) there).
 6. A_i = (R_i − b)/(s + ε), broadcast to the steps of trajectory i (zero-safe division).
 7. EMA update, after the advantages, per cluster c in the batch with k_c kept trajectories of
    mean return r̄_c and mean squared return q̄_c: m1 ← (1−η)·m1 + η·r̄_c,
@@ -62,10 +67,11 @@ class BVBlendConfig:
     eta: float = 0.1
     """η: EMA rate of the per-cluster reward moments."""
     var_prior: float = 1.0
-    """κ: pseudo-observations shrinking each SEM's variance towards the other's (0 = as
-    written in ALGOS.md, which leaves all-equal groups at 0)."""
+    """κ: pseudo-observations shrinking each SEM's variance towards the other's (0 = as in the
+    base reconstruction, docs/methods.md#bv_blend, which leaves all-equal groups at 0)."""
     mixture_var: bool = True
-    """Add λ(1−λ)(μ_c − μ_loc)² to the blended variance (the mixture's variance)."""
+    """Add λ(1−λ)(μ_c − μ_loc)² to the blended variance (the mixture's variance); false floors
+    the blended std at λ·|μ_c − μ_loc| instead (see the module, step 5)."""
     epsilon: float = 1e-6
     """Added to the blended std (GRPO's ε); 0 is allowed (the division is zero-safe)."""
     max_clusters: int = 4096
@@ -150,6 +156,8 @@ def bv_blend(
     var = lam * var_c + (1.0 - lam) * var_loc
     if cfg.mixture_var:
         var = var + lam * (1.0 - lam) * gap**2
+    else:  # a floor: the history's shift of the baseline alone never exceeds one unit
+        var = np.maximum(var, (lam * gap) ** 2)
     s = np.where(lam > 0, np.sqrt(var), std)  # λ = 0: exactly GRPO's std
     traj_adv = divide_or_zero(centred - lam * gap, s + cfg.epsilon)
     # Step 7: EMA update of the batch's clusters.

@@ -1,7 +1,7 @@
 """Constrained GRPO: scalarised standardised advantages with Lagrange multipliers on costs.
 
-ALGOS.md §7.13 (Girgis et al., arXiv 2602.05863; marked [A]): a Lagrangian with indicator costs
-C_k that scalarises *standardised advantages*, not rewards,
+docs/methods.md#constrained_grpo (Girgis et al., arXiv 2602.05863; abstract only): a Lagrangian
+with indicator costs C_k that scalarises *standardised advantages*, not rewards,
 
     A_i = λ_R·Z_R,i − Σ_k λ_k·Z_{C_k},i,
 

@@ -1,4 +1,4 @@
-"""CRBC: Cross-Rollout Bellman Closure step credit (ALGOS.md §2, arXiv 2609.35082).
+"""CRBC: Cross-Rollout Bellman Closure step credit (docs/methods.md#crbc, arXiv 2609.35082).
 
 The G rollouts of a group are merged into one empirical process over anchor states (built once
 per batch by :func:`agentrl.credit.graph.build_graph`; Eq. 5, no smoothing):
@@ -77,7 +77,7 @@ from agentrl.credit.graph import TrajectoryGraph
 
 @dataclass(frozen=True)
 class CRBCConfig:
-    """Options of CRBC (defaults from the paper, ALGOS.md §2)."""
+    """Options of CRBC (defaults from the paper, docs/methods.md#crbc)."""
 
     beta: float = 0.98
     """Discount β in (0, 1]; V(s) is the β-discounted success probability."""

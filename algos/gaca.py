@@ -1,6 +1,6 @@
 """GACA: GiGPO whose step-advantage weight grows with the step's sampling NLL.
 
-This is the [R] reconstruction of ALGOS.md §6 (only the abstract was available), not a quote of
+This is an [R] reconstruction from the abstract alone (docs/methods.md#gaca), not a quote of
 the paper. For step t = 0..T_i−1 of trajectory i, u_{i,t} is the mean token negative
 log-likelihood of its response recorded at sampling time (``StepBatch.step_nll``, from the
 rollout's log-probs: no extra model pass). It is normalised within the trajectory,

@@ -1,6 +1,6 @@
 """GAGPO: GAE over a grouped, non-parametric value proxy, normalised within the task group.
 
-This is the [R] reconstruction of ALGOS.md §3 (no paper text or official code was available),
+This is an [R] reconstruction (docs/methods.md#gagpo; no paper text or official code was available),
 not a quote of the paper. For the steps t = 0..T_i−1 of trajectory i in task group g, let
 G_{i,t} = Σ_{k=t}^{T_i−1} γ^{k−t} r_{i,k} be the discounted return-to-go. The value proxy of an
 anchor state is V̂(s) = mean{G_{j,u} : s_{j,u} = s} over every step of the group at that anchor
@@ -34,7 +34,7 @@ EXPECTS_STEP_RATIO = True
 
 @dataclass(frozen=True)
 class GAGPOConfig:
-    """Options of GAGPO (defaults suggested in ALGOS.md §3; the paper's are unknown)."""
+    """Options of GAGPO (suggested defaults, docs/methods.md#gagpo; the paper's are unknown)."""
 
     gamma: float = 0.95
     """Discount γ of the returns-to-go behind V̂ and of the TD residuals."""

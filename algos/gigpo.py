@@ -1,7 +1,7 @@
 """GiGPO: an episode advantage plus a step advantage over steps that share an anchor state.
 
-A_{i,t} = A^E(τ_i) + ω·A^S(i,t) (Feng et al. 2025, Eq. 8; ALGOS.md §1). The episode term is
-A^E(τ_i) = (R_i − mean_j R_j)/F_norm over the G trajectories of the task group, with
+A_{i,t} = A^E(τ_i) + ω·A^S(i,t) (Feng et al. 2025, Eq. 8; docs/methods.md#gigpo). The episode
+term is A^E(τ_i) = (R_i − mean_j R_j)/F_norm over the G trajectories of the task group, with
 R_i = Σ_{t=0}^{T_i−1} r_{i,t}. The step term is A^S(i,t) = (G_{i,t} − mean_{G^S} G)/F_norm(G^S),
 where G_{i,t} = Σ_{k=t}^{T_i−1} γ^{k−t} r_{i,k} is the discounted return-to-go (reset at each
 trajectory's end, no bootstrap after truncation) and G^S is the set of steps of the same group
@@ -20,8 +20,8 @@ of trajectory i contributes R_i once, so the mean is Σ_i T_i R_i / Σ_i T_i, a 
 weighs 50 times as much as a 3-step success, and the baseline drifts toward the long (usually
 failing, time-limited) trajectories; a group is a singleton there only if it has a single step
 in all (one trajectory of several steps has equal rows, so A^E = 0). ``"step"`` reproduces
-verl-agent's shipped behaviour exactly. (ALGOS.md §1 "Version difference" describes this
-history the other way round.)
+verl-agent's shipped behaviour exactly. (docs/methods.md#gigpo summarises this history; some
+accounts of it state it the other way round.)
 
 Revisits of an anchor within one trajectory are separate group members (earlier visits have
 smaller discounted returns, so loops are penalised). Optional ``similarity`` clustering merges

@@ -1,7 +1,7 @@
 """GR2PO: return-to-go normalised over the rollouts of a group at the same time index.
 
-ALGOS.md §7.15 (Wang, Zhang, Shen, Ma, arXiv 2609.19850, cs.RO; marked [A]): for step t of
-rollout i of a group,
+docs/methods.md#gr2po (Wang, Zhang, Shen, Ma, arXiv 2609.19850, cs.RO; abstract only): for
+step t of rollout i of a group,
 
     A_{i,t} = (G_{i,t} − mean_j G_{j,t}) / (std_j G_{j,t} + ε),
 

@@ -4,7 +4,7 @@ A_i = (R_i − mean_j R_j) / (std_j R_j + ε) for the G trajectories of a group 
 ``torch.std``), broadcast to every step of trajectory i. ``norm_by_std=False`` drops the
 division (Dr.GRPO). A group with one trajectory uses mean 0 and std 1, as verl does, so its
 advantage is the uncentred return; avoid G = 1. A group whose returns are all equal gets exactly
-0, also with ε = 0 (the division is zero-safe). See ALGOS.md §1 (Eq. 3).
+0, also with ε = 0 (the division is zero-safe). See docs/methods.md#grpo (GiGPO's Eq. 3).
 
 ε defaults to 1e-6, as in verl and verl-agent; TRL's ``GRPOTrainer`` divides by std + 1e-4.
 The advantages then differ by the factor (std + 1e-6)/(std + 1e-4): under 0.03% for 0/1

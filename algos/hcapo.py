@@ -1,9 +1,9 @@
 """HCAPO: hindsight credit from the policy's own outcome-conditioned likelihoods, on top of GRPO.
 
-**This is a reconstruction** (ALGOS.md §7.16, marked [A + R]; Tan et al., arXiv 2603.08754):
+**This is a reconstruction** (docs/methods.md#hcapo; Tan et al., arXiv 2603.08754):
 the abstract says the LLM acts as a post-hoc critic through the hindsight ratio
 ρ_t = π(a_t | s_t, outcome)/π(a_t | s_t), self-normalised within the trajectory, which refines
-step Q estimates and adds a step advantage to GRPO's. ALGOS.md's reconstruction is
+step Q estimates and adds a step advantage to GRPO's. The reconstruction we started from is
 Q̂_t = ρ̃_t·R with ρ̃_t = ρ_t/mean_u ρ_u and A = A^GRPO + A^step(Q̂ − state baseline). Ours
 makes the pieces concrete; every default is our choice. For step t of trajectory i (N steps, M
 trajectories):

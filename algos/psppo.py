@@ -1,8 +1,8 @@
-"""PS-PPO (``algo=psppo``): critic-free PPO with prefix-sampled baselines (ALGOS.md §7.8).
+"""PS-PPO (``algo=psppo``): critic-free PPO with prefix-sampled baselines (docs/methods.md#psppo).
 
 Hwang, Kim (arXiv 2606.29758) [A + R]: K continuations are sampled from intermediate prefixes
 of each response and their rewards give the baseline, instead of a value network. Only the
-abstract was available; the definition here is ALGOS.md's reconstruction **[R]**, as written:
+abstract was available; the definition here is our reconstruction **[R]**, as written:
 
     at a prefix cut c of response i, sample K continuations with rewards R_k; then
     A_{i,≥c} = R_i − mean_k R_k (or a pairwise-win fraction); segments between cuts get their
@@ -18,7 +18,7 @@ open, made here **[R]**:
   :func:`agentrl.algos._prefix.cut_points`); fewer when the response is short.
 - **The first segment** [0, c_1): the continuations of the bare problem are fresh attempts,
   and the other G − 1 responses of the problem already are such attempts, so
-  b_{i,0} = mean_{j≠i} R_j (RLOO, ALGOS.md §7.3) and no extra sampling. With no cut at all a
+  b_{i,0} = mean_{j≠i} R_j (docs/methods.md#rloo) and no extra sampling. With no cut at all a
   response is trained as in RLOO (unscaled leave-one-out); with G = 1 its baseline is 0.
 - **Pairwise** (``algo.advantage=pairwise``): A = ½·mean_k sign(R_i − R_k), i.e. the fraction
   of the baseline rewards R_i beats (ties count ½) minus ½.

@@ -2,7 +2,7 @@
 
 ``reinforce_pp``: the per-step discounted return-to-go G_{i,t} = Σ_{k=t}^{T_i−1} γ^{k−t} r_{i,k}
 (reset at the end of each trajectory; t = 0..T_i−1) is whitened over all N steps of the batch,
-A = (G − mean G)/(std G + ε) with the unbiased std (Hu 2025; ALGOS.md §7.4; verl
+A = (G − mean G)/(std G + ε) with the unbiased std (Hu 2025; docs/methods.md#reinforce_pp; verl
 ``masked_whiten``). ``reinforce_pp_baseline``: each trajectory's undiscounted return R_i first has
 its group's mean subtracted (a group of one keeps R_i, as verl does), is broadcast to the steps
 of the trajectory, and is then whitened over all steps. Departures from the original: (1) the

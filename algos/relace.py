@@ -1,6 +1,6 @@
 """RELACE: retrospective likelihood-based action credit on top of the GRPO episode advantage.
 
-**This is a reconstruction** (ALGOS.md §4, marked [A + R]): the paper's abstract fixes the
+**This is a reconstruction** (docs/methods.md#relace): the paper's abstract fixes the
 ingredients — teacher-forced likelihood of each executed response under its original and an
 outcome-augmented context, a trajectory-normalised retrospective factor reweighting discounted
 returns, anchor-local advantages, temporal smoothing, success-protecting masking, added to GRPO —

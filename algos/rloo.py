@@ -1,8 +1,8 @@
 """RLOO episode advantage: each trajectory's return against the mean of the others in its group.
 
 A_i = R_i − (1/(n−1)) Σ_{j≠i} R_j = n/(n−1)·(R_i − mean_j R_j) for the n trajectories of a
-group (Ahmadian et al. 2024; ALGOS.md §7.3), where R_i = Σ_t r_{i,t} is the undiscounted return
-over all steps t = 0..T_i−1 of trajectory i. The advantage is broadcast to every step of the
+group (Ahmadian et al. 2024; docs/methods.md#rloo), where R_i = Σ_t r_{i,t} is the undiscounted
+return over all steps t = 0..T_i−1 of trajectory i. The advantage is broadcast to every step of the
 trajectory. A group of one has no other member to compare with, so A = R_i (uncentred), as in
 the spec; avoid n = 1. No departures: RLOO has no options, so it uses the default ``NoConfig``.
 """

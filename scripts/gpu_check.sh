@@ -4,6 +4,12 @@
 # Needs a CUDA device, a CUDA build of torch and vLLM:  pip install -e ".[dev,vllm]"
 # Each stage has its own time limit (about 7 minutes in all); without CUDA it stops at once
 # with exit code 1. See agentrl/bench/gpu.py.
+# It updates the committed report (--update); pass --out DIR to write elsewhere instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec python -m agentrl.bench gpu "$@"
+for arg in "$@"; do
+  case "$arg" in
+    --out | --out=*) exec python -m agentrl.bench gpu "$@" ;;
+  esac
+done
+exec python -m agentrl.bench gpu --update "$@"

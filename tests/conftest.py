@@ -8,8 +8,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+# The README's example plugin (examples/doors), as if installed: its environment joins the
+# contract suite. Its estimator is registered only inside tests/test_examples.py.
+sys.path.insert(0, str(Path(__file__).parents[1] / "examples" / "doors"))
 torch.set_num_threads(2)
-import toy_env  # noqa: E402,F401 - registers the README's example env 'guess'
+import agentrl_doors.env  # noqa: E402,F401 - registers 'doors'
+import toy_env  # noqa: E402,F401 - registers the test suite's own toy env 'guess'
 
 
 def pytest_collection_modifyitems(config, items):

@@ -49,3 +49,14 @@ class CrashyEnv(TextEnv):
 
 
 register_env("crashy", "agentrl-test/Crashy-v0", entry_point=CrashyEnv, parallel=True)
+
+
+class SlowStartEnv(CrashyEnv):
+    """A crashy env whose construction takes 2 s, as a heavy engine's start-up does."""
+
+    def __init__(self) -> None:
+        time.sleep(2.0)
+        super().__init__()
+
+
+register_env("slow-start", "agentrl-test/SlowStart-v0", entry_point=SlowStartEnv, parallel=True)

@@ -229,3 +229,35 @@ def test_names_and_errors():
         gen.generate_game(np.random.default_rng(0), 1, scenes=[9999])
     with pytest.raises(ValueError, match="unknown task type"):
         gen.generate_game(np.random.default_rng(0), 7)
+
+
+def test_cache_mode_fills_the_folder_a_run_reads(tmp_path, keep_argv, monkeypatch, caplog):
+    """`generate --cache` writes exactly what a run would generate on first use, where the run
+    looks for it: the run then finds the games and generates nothing."""
+    from agentrl.envs.alfworld import data
+
+    argv = ["--cache", "--cache-dir", str(tmp_path), "--n", "1", "--task-types", "1"]
+    assert gen.main([*argv, "--splits", "train", "--no-progress"]) == 0
+
+    def fail(*args, **kwargs):
+        raise AssertionError("the run generated games the cache already had")
+
+    monkeypatch.setattr(gen, "generate_games", fail)
+    games = data.generated_games(str(tmp_path), "train", 1, 0, (1,), progress=False)
+    assert len(games) == 1 and Path(games[0]).is_file()
+
+
+def test_the_generated_games_notice_is_said_once_per_run(tmp_path, caplog, monkeypatch):
+    """Two pools of two workers each, as a run has (training, evaluation): one warning."""
+    import logging
+
+    from agentrl.rollout import env_pool
+
+    monkeypatch.setattr(env_pool, "_ANNOUNCED", set())
+    monkeypatch.delenv("ALFWORLD_DATA", raising=False)
+    kwargs = {"cache_dir": str(tmp_path), "generated_games": 1, "task_types": [1]}
+    with caplog.at_level(logging.WARNING):
+        for _ in range(2):
+            env_pool.ProcessPool("alfworld", kwargs, 2, workers=2).close()
+    said = [r for r in caplog.records if "GENERATED" in r.getMessage()]
+    assert len(said) == 1

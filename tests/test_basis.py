@@ -1,4 +1,4 @@
-"""BASIS (a reconstruction, ALGOS.md §7.12): one cluster reduces to batch-mean baselining,
+"""BASIS (a reconstruction, docs/methods.md#basis): one cluster reduces to batch-mean baselining,
 golden shrinkage across clusters, online calibration of the history, the state, config."""
 
 from __future__ import annotations

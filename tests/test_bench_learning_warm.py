@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from agentrl.bench import experiment as ex
 from agentrl.bench import learning_warm as lw
 
 
@@ -100,22 +101,20 @@ def _fake_bench(tmp_path, monkeypatch, weights: bytes = b"w0"):
     (init / "model.safetensors").write_bytes(weights)
     trained: list[tuple[str, int]] = []
 
-    def fake_run(method, seed, init_, iterations, eval_every, out, key):
-        trained.append((method, seed))
-        final = 0.3 + 0.01 * seed + (0.05 if method == "crbc" else 0.0)
-        return {
-            "method": method,
-            "seed": seed,
-            "x": [0.0, 100.0],
-            "y": [0.3, final],
-            "train": [0.3, final],
-            "env_steps": 100.0,
-            "wall_s": 1.0,
-        }
+    def fake_train(spec, out):
+        trained.append((spec.method, spec.seed))
+        final = 0.3 + 0.01 * spec.seed + (0.05 if spec.method == "crbc" else 0.0)
+        rows = [{"iteration": 0, "eval/success": 0.3}]
+        rows.append({"iteration": 1, "env/length": 100 / lw.BATCH, "env/success": final,
+                     "eval/success": final})  # fmt: skip
+        (out / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+        (out / "wall_s").write_text("1.0")
 
     monkeypatch.setattr(lw, "warm_start", lambda work, noise, log=print: init)
-    monkeypatch.setattr(lw, "_run", fake_run)
+    monkeypatch.setattr(lw, "_train", fake_train)
     monkeypatch.setattr(lw, "_plot", lambda *a, **k: None)
+    # The committed store is read by every run: here an empty folder, not the real results/.
+    monkeypatch.setattr(lw, "committed_dir", lambda: tmp_path / "committed")
     return trained
 
 
@@ -153,6 +152,28 @@ def test_report_only_without_the_warm_start_reads_the_store(tmp_path, monkeypatc
     assert "| grpo | 2 |" in text and "| crbc | 2 |" in text
 
 
+def test_a_scratch_run_reuses_the_committed_runs_and_leaves_them_alone(tmp_path, monkeypatch):
+    """The report goes to the scratch folder, the committed store is read (its runs are not
+    trained again) and not written; new runs go to the scratch folder's store."""
+    argv = ["--methods", "grpo,crbc", "--seeds", "2", "--jobs", "1"]
+    trained = _fake_bench(tmp_path, monkeypatch)
+    committed = tmp_path / "committed"
+    lw.run(str(committed), log=lambda *a: None, argv=argv)  # as `--update` once did
+    before = (committed / lw.STORE).read_text()
+    trained.clear()
+    scratch = tmp_path / "bench-out"
+    lw.run(str(scratch), log=lambda *a: None, argv=[*argv[:3], "3", "--jobs", "1"])
+    assert trained == [("grpo", 2), ("crbc", 2)]  # seeds 0-1 came from the committed store
+    assert (committed / lw.STORE).read_text() == before
+    assert len((scratch / lw.STORE).read_text().splitlines()) == 2
+    assert "| crbc | 3 |" in (scratch / "learning_warm.md").read_text()
+    # --report-only into a fresh scratch folder: the committed runs alone.
+    fresh = tmp_path / "fresh"
+    lw.run(str(fresh), log=lambda *a: None, argv=[*argv, "--report-only"])
+    assert "| grpo | 2 |" in (fresh / "learning_warm.md").read_text()
+    assert not (fresh / lw.STORE).exists()
+
+
 def test_pairing_check_leaves_out_single_rollout_methods_and_states_eval_noise():
     results = _results("grpo", [0.3, 0.3, 0.3]) + _results("cispo", [0.2, 0.3, 0.4])
     klpo = _results("klpo", [0.2, 0.3, 0.4], start=0.1)  # 64 tasks x 1: another first batch
@@ -185,9 +206,9 @@ def test_report_shows_a_policy_that_came_apart():
 
 def test_missing_runs_are_named_and_mechanisms_shown_for_methods_that_ran():
     results = _results("grpo", [0.3, 0.3, 0.3]) + _results("vimpo", [0.0, 0.0])
-    lines = lw._coverage(results, ["grpo", "gigpo"], [0, 1, 2], ["vimpo"], [0, 1, 2])
+    lines = ex.coverage(results, [("grpo", [0, 1, 2]), ("gigpo", [0, 1, 2]), ("vimpo", [0, 1, 2])])
     assert lines[-1].endswith("gigpo (0/3 seeds), vimpo (2/3 seeds).")
-    assert lw._coverage(results, ["grpo"], [0, 1, 2], [], []) == []
+    assert ex.coverage(results, [("grpo", [0, 1, 2])]) == []
     text = "\n".join(lw.build_report(results, ["grpo"], ["vimpo"], []))
     assert "- Mechanism (vimpo):" in text and "Mechanism (klpo)" not in text
 
@@ -212,37 +233,46 @@ def test_report_states_the_smallest_resolvable_difference():
     assert "Resolution on" not in "\n".join(lw.build_report(one, ["grpo", "gigpo"], [], ["h"]))
 
 
-def test_a_finished_run_dir_of_another_key_is_rerun_not_reported(tmp_path, monkeypatch):
-    """A run directory left by another budget (or an unstamped older benchmark) must not be
-    summarised under this key: it is wiped and run again; one of this key is reused."""
-    calls: list[Path] = []
+def test_runs_of_another_code_version_are_never_pooled(tmp_path, monkeypatch):
+    """A store holding the runs of an older code version: a new benchmark run trains them
+    again (its key carries the code's version), and a report uses one version only, named."""
+    out = tmp_path / "results"
+    argv = ["--methods", "grpo,crbc", "--seeds", "2", "--jobs", "1"]
+    trained = _fake_bench(tmp_path, monkeypatch)
+    monkeypatch.setattr(ex, "code_version", lambda: "0.1.0+old")
+    lw.run(str(out), log=lambda *a: None, argv=argv)
+    monkeypatch.setattr(ex, "code_version", lambda: "0.2.0+new")
+    trained.clear()
+    lw.run(str(out), log=lambda *a: None, argv=argv)
+    assert len(trained) == 4  # nothing reused from 0.1.0+old
+    records = [json.loads(x) for x in (out / lw.STORE).read_text().splitlines()]
+    assert sorted({r["code"] for r in records}) == ["0.1.0+old", "0.2.0+new"]
+    text = (out / "learning_warm.md").read_text()
+    assert "code version `0.2.0+new` (this report's code;" in text and "| grpo | 2 |" in text
+    assert "Also stored, not shown: `0.1.0+old`" in text
+    # --report-only: the newest stored by default, or the version asked for.
+    lw.run(
+        str(out), log=lambda *a: None, argv=[*argv, "--report-only", "--code-version", "0.1.0+old"]
+    )
+    text = (out / "learning_warm.md").read_text()
+    assert "code version `0.1.0+old` (not this report's code;" in text
+    assert "| grpo | 2 |" in text and "| grpo | 4 |" not in text
+    with pytest.raises(SystemExit, match="--code-version goes with --report-only"):
+        lw.run(str(out), log=lambda *a: None, argv=[*argv, "--code-version", "0.1.0+old"])
 
-    def fake_agentrl(overrides, out):
-        calls.append(out)
-        (out / "checkpoints" / "latest").mkdir(parents=True)
-        rows = [{"iteration": 0, "eval/success": 0.5}]
-        rows.append({"iteration": 1, "env/length": 10.0, "env/success": 0.5, "eval/success": 0.6})
-        (out / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
-        return 1.0
 
-    monkeypatch.setattr(lw, "run_agentrl", fake_agentrl)
-    out = tmp_path / "grpo_seed0"
-    (out / "checkpoints" / "latest").mkdir(parents=True)
-    old = [
-        {"iteration": 0, "eval/success": 0.1},
-        {"iteration": 1, "env/length": 10.0, "env/success": 0.1, "eval/success": 0.9},
-    ]
-    (out / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in old))
-    (out / "stale_marker").write_text("x")
-    r = lw._run("grpo", 0, tmp_path / "init", 1, 1, out, "key-a")
-    assert calls == [out] and r["y"] == [0.5, 0.6] and not (out / "stale_marker").exists()
-    assert (out / "run_key").read_text() == "key-a"
-    # The same key again: reused, not rerun.
-    assert lw._run("grpo", 0, tmp_path / "init", 1, 1, out, "key-a")["y"] == [0.5, 0.6]
-    assert len(calls) == 1
-    # Another key: rerun.
-    lw._run("grpo", 0, tmp_path / "init", 1, 1, out, "key-b")
-    assert len(calls) == 2 and (out / "run_key").read_text() == "key-b"
+def test_the_committed_store_is_reported_as_the_pre_versioned_group(tmp_path):
+    """The committed runs carry no code version: one group, ``pre-0.2.x``, still reportable."""
+    committed = Path(__file__).resolve().parents[1] / "results"
+    store = ex.RunStore(tmp_path / lw.STORE, committed / lw.STORE)
+    assert len(store.records) == 79 and {ex.version_of(r) for r in store.records} == {
+        ex.PRE_VERSION
+    }
+    init_hash = store.records[0]["init"]
+    spec = lw.spec("grpo", 0, tmp_path, init_hash, 12, 4)
+    assert store.get(spec, ex.PRE_VERSION)["key"] == spec.key
+    assert store.get(spec, ex.code_version()) is None
+    assert store.versions([spec]) == [ex.PRE_VERSION]
 
 
 def test_signal_per_update_is_summarised_and_reported(tmp_path):
@@ -265,7 +295,7 @@ def test_signal_per_update_is_summarised_and_reported(tmp_path):
             }
         )
     (out / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
-    r = lw.summarise("grpo", 0, out)
+    r = {**lw.summarise(None, out), "method": "grpo", "seed": 0}
     assert r["signal"]["mixed"] == [0.25, 0.125] and r["signal"]["grad_cos"] == [0.1, -0.05]
     second = {**r, "seed": 1, "signal": {**r["signal"], "mixed": [0.5, 0.5]}}
     legacy = {k: v for k, v in r.items() if k != "signal"} | {"method": "gigpo"}

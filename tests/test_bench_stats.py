@@ -13,6 +13,7 @@ from agentrl.bench.stats import (
     bootstrap_interval,
     compare_pair,
     holm,
+    interval_cell,
     pairs_table,
     t_interval,
     t_p,
@@ -87,7 +88,14 @@ def test_one_seed_resolves_nothing():
     # One value has no spread to estimate: no interval, so no verdict, however large the gap.
     m, lo, hi = t_interval([0.4])
     assert m == 0.4 and lo == -math.inf and hi == math.inf
-    assert compare_pair("a", "b", [0.9], [0.1]).verdict == "not resolved"
+    assert bootstrap_interval([0.4]) == (0.4, -math.inf, math.inf)  # not [0.4, 0.4]
+    pair = compare_pair("a", "b", [0.9], [0.1])
+    assert pair.verdict == "not resolved"
+    # Reports say so instead of printing a zero-width or infinite interval.
+    assert interval_cell([0.4]) == "0.400 [n/a]" and interval_cell([1.0, 2.0, 3.0], ".1f") == (
+        f"2.0 [{2 - 4.302653 / np.sqrt(3):.1f}, {2 + 4.302653 / np.sqrt(3):.1f}]"
+    )
+    assert pairs_table([pair], "x")[2] == "| a | b | 1 | +0.800 | [n/a] | [n/a] | not resolved |"
 
 
 def test_paired_t_p_value_by_hand():

@@ -1,6 +1,6 @@
-"""BV-Blend (a reconstruction, ALGOS.md §7.9): zero history is GRPO's z-score, golden values
-with history (an all-equal group gets a non-zero advantage), the EMA update, purity of the
-state, pruning and config checks."""
+"""BV-Blend (a reconstruction, docs/methods.md#bv_blend): zero history is GRPO's z-score,
+golden values with history (an all-equal group gets a non-zero advantage), the EMA update,
+purity of the state, pruning and config checks."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def test_all_equal_group_gets_nonzero_advantage_once_history_exists():
     assert c["v"] == pytest.approx(0.81 / 8 + 0.01 / 4) and c["last"] == 2
     assert out.state["updates"] == 2
     assert state == before, "the input state must not be modified"
-    # As written in ALGOS.md (κ = 0) the all-equal group keeps advantage 0.
+    # The base reconstruction (κ = 0, docs/methods.md#bv_blend) keeps the all-equal group at 0.
     np.testing.assert_array_equal(bv(batch, state, var_prior=0.0).step, np.zeros(4))
 
 
@@ -85,6 +85,23 @@ def test_golden_blend_of_a_mixed_group_without_mixture_variance():
     b = lam * 0.25 + (1 - lam) * 0.5
     s = math.sqrt(lam * var_c + (1 - lam) * 0.5)
     np.testing.assert_allclose(out.step, [(1 - b) / (s + EPS), (0 - b) / (s + EPS)], rtol=1e-12)
+
+
+def test_all_equal_group_after_equal_history_is_bounded_without_mixture_variance():
+    """History: one batch of four failures; now a group of four successes. Both variances are
+    0, so as written s = 0 and A = λ/ε (500,000); the floor s >= λ·|μ_c − μ_loc| keeps it at
+    one unit, as the mixture variance does."""
+    state = {"updates": 1, "clusters": {"c": {"m1": 0.0, "m2": 0.0, "v": 1 / 4, "last": 1}}}
+    batch = one_step_batch([[1.0, 1.0, 1.0, 1.0]], ["c"])
+    # κ = 1 shrinks nothing (both variances 0): SEM_loc² = SEM_hist² = 0, so λ is the
+    # equal-variance value (1/4)/(1/4 + 1/4) = 1/2; b = 1/2, numerator 1/2.
+    lam, gap = 0.5, -1.0
+    floored = bv(batch, state, mixture_var=False)
+    np.testing.assert_allclose(floored.step, [0.5 / (lam * abs(gap) + EPS)] * 4, rtol=1e-12)
+    assert floored.metrics["credit/lambda_mean"] == pytest.approx(lam)
+    mixture = bv(batch, state)  # s = √(λ(1−λ))·|gap| = 1/2: A = √(λ/(1−λ)) = 1
+    np.testing.assert_allclose(mixture.step, [0.5 / (0.5 + EPS)] * 4, rtol=1e-12)
+    assert np.abs(floored.step).max() < 1.0 + 1e-9
 
 
 def test_history_is_per_cluster_and_first_batch_starts_the_ema():

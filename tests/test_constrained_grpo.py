@@ -1,6 +1,6 @@
-"""Constrained GRPO (ALGOS.md §7.13) and the per-step costs it consumes: λ = 0 is GRPO, golden
-values, dual ascent on a scripted cost stream, costs from environments through the rollout into
-the batch, the config (Hydra override of ``algo.thresholds``)."""
+"""Constrained GRPO (docs/methods.md#constrained_grpo) and the per-step costs it consumes: λ = 0
+is GRPO, golden values, dual ascent on a scripted cost stream, costs from environments through
+the rollout into the batch, the config (Hydra override of ``algo.thresholds``)."""
 
 from __future__ import annotations
 

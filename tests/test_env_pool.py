@@ -9,7 +9,7 @@ import crashy_env  # registers "crashy"
 import pytest
 
 from agentrl.registry import make
-from agentrl.rollout.env_pool import InlinePool, ProcessPool, make_pool
+from agentrl.rollout.env_pool import InlinePool, ProcessPool, WorkerDied, make_pool
 
 
 def _play(pool, seeds, actions_per_step):
@@ -66,6 +66,19 @@ def test_hung_worker_is_killed_after_the_timeout():
         assert res[1][0] == "ticks=1" and res[1][3] is False
         assert pool.restarts == 1
         assert pool.reset([(0, 2, None)])[0][0] == "tick away"
+
+
+def test_start_up_has_its_own_timeout_longer_than_a_step():
+    # Building the env takes 2 s, twice the step timeout: start-up must not count against it.
+    with ProcessPool("slow-start", {}, 2, workers=2, step_timeout_s=1.0) as pool:
+        assert [w.start_timeout for w in pool.workers] == [60.0, 60.0]
+        pool.reset([(0, 0, None), (1, 1, None)])
+        res = pool.step([(0, "tick"), (1, "hang")])
+        assert res[0][0] == "ticks=1" and "did not answer" in res[1][4]["worker_error"]
+        # The replacement worker also starts in 2 s, within its start-up timeout.
+        assert pool.restarts == 1 and pool.reset([(1, 2, None)])[0][0] == "tick away"
+    with pytest.raises(WorkerDied, match="did not answer in 1 s"):
+        ProcessPool("slow-start", {}, 1, workers=1, step_timeout_s=30.0, start_timeout_s=1.0)
 
 
 @pytest.mark.parametrize("kind", ["inline", "process"])

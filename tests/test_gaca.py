@@ -22,7 +22,7 @@ def gaca(spec, **overrides) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------
-# Slow reference from ALGOS.md §6 [R], on top of the GiGPO reference.
+# Slow reference from docs/methods.md#gaca [R], on top of the GiGPO reference.
 
 
 def ref_z(spec) -> list[float]:

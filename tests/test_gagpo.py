@@ -31,7 +31,7 @@ def gae_of(spec, gamma: float, lam: float) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------
-# Slow reference from ALGOS.md §3 [R]: plain loops over dicts.
+# Slow reference from docs/methods.md#gagpo [R]: plain loops over dicts.
 
 
 def ref_gagpo(spec, gamma: float, lam: float) -> list[float]:

@@ -85,7 +85,8 @@ PROPERTY = settings(max_examples=60, deadline=None, derandomize=True)
 
 
 # ---------------------------------------------------------------------------------------------
-# Slow reference: plain loops over dicts, written from ALGOS.md §1 without the vectorised code.
+# Slow reference: plain loops over dicts, written from docs/methods.md#gigpo without the
+# vectorised code.
 
 
 def ref_returns(steps: list[tuple], gamma: float) -> list[float]:

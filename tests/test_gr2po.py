@@ -1,4 +1,4 @@
-"""GR2PO (ALGOS.md §7.15): golden values at each time index, GRPO on one-step episodes."""
+"""GR2PO (docs/methods.md#gr2po): golden values at each time index, GRPO on one-step episodes."""
 
 from __future__ import annotations
 

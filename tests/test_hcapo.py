@@ -1,5 +1,5 @@
-"""HCAPO (a reconstruction, ALGOS.md §7.16): a hindsight ratio of 1 is GRPO, golden values with
-a table scorer, the clip, the outcome text only in scoring contexts, a clear error without
+"""HCAPO (a reconstruction, docs/methods.md#hcapo): a hindsight ratio of 1 is GRPO, golden values
+with a table scorer, the clip, the outcome text only in scoring contexts, a clear error without
 texts, and the tiny policy model as the scorer."""
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from agentrl.learn.learner import (
     token_logprobs,
 )
 from agentrl.learn.model import ModelConfig, build_tiny_model, build_tokenizer
+from agentrl.model import banned_token_ids
 from agentrl.rollout import HFBackend, Sampling, encode_prompt
 
 CORPUS = ["push the box up", "move left then right", "down down up", "<action>up</action>"] * 20
@@ -83,20 +84,87 @@ def test_sampler_logprobs_match_learner_recomputation(tok):
     torch.manual_seed(0)
     model = _model(tok)
     backend = HFBackend(model, tok)
+    banned = banned_token_ids(tok)
     prompts = [encode_prompt(tok, t, 100) for t in ("push the box", "move left then right now")]
     for temp in (1.0, 0.7):
         gens = backend.generate(prompts, Sampling(max_new_tokens=6, temperature=temp))
         for p, g in zip(prompts, gens):
             assert len(g.token_ids) == len(g.logprobs) >= 1
             ids = torch.tensor([p + g.token_ids])
-            lp = token_logprobs(model, ids, torch.ones_like(ids), temp)[0, len(p) - 1 :]
-            np.testing.assert_allclose(lp.detach().numpy(), g.logprobs, atol=1e-4)
+            lp = token_logprobs(model, ids, torch.ones_like(ids), temp, banned=banned)
+            np.testing.assert_allclose(lp[0, len(p) - 1 :].detach().numpy(), g.logprobs, atol=1e-4)
         # The learner's left-padded packing of both samples scores them the same way.
         samples = [Sample(p, g.token_ids, g.logprobs, 0.0) for p, g in zip(prompts, gens)]
         t = _pack(samples, tok.pad_token_id, "cpu")
-        lp = token_logprobs(model, t["ids"], t["attn"], temp, n_last=t["mask"].shape[1])
+        lp = token_logprobs(model, t["ids"], t["attn"], temp, t["mask"].shape[1], banned)
         got = lp[t["mask"].bool()].detach().numpy()
         np.testing.assert_allclose(got, [x for g in gens for x in g.logprobs], atol=1e-4)
+
+
+def _pad_heavy_model(tok):
+    """A model whose raw next-token distribution puts most mass on the (never sampled) pad
+    token, as the default job's policy did after 20 iterations (73%)."""
+    model = _model(tok)
+    with torch.no_grad():
+        model.lm_head.weight[tok.pad_token_id] *= 0.0  # untie from the inputs' view: a bias
+        model.model.norm.weight.fill_(1.0)
+    # A constant extra logit for pad: an lm-head bias the tiny model does not have.
+    head = model.lm_head
+    bias = torch.zeros(head.weight.shape[0])
+    bias[tok.pad_token_id] = 8.0
+    head.register_forward_hook(lambda mod, inp, out: out + bias)
+    return model
+
+
+def test_sampler_and_learner_share_one_vocabulary(tok):
+    """Generation never emits pad; the learner's log-probs are over the same vocabulary, so
+    they equal the sampler's even when the raw logits put most mass on pad."""
+    torch.manual_seed(0)
+    model = _pad_heavy_model(tok)
+    prompt = encode_prompt(tok, "push the box", 100)
+    ids = torch.tensor([prompt])
+    with torch.no_grad():
+        raw = torch.softmax(model(ids).logits[0, -1].float(), -1)
+    assert raw[tok.pad_token_id] > 0.5  # the situation the ban must survive
+    gens = HFBackend(model, tok).generate([prompt] * 4, Sampling(max_new_tokens=5))
+    banned = banned_token_ids(tok)
+    assert banned == (tok.pad_token_id,)
+    for g in gens:
+        assert tok.pad_token_id not in g.token_ids
+        full = torch.tensor([prompt + g.token_ids])
+        lp = token_logprobs(model, full, torch.ones_like(full), 1.0, banned=banned)
+        np.testing.assert_allclose(lp[0, len(prompt) - 1 :].detach().numpy(), g.logprobs, atol=1e-4)
+        # Scored over the full vocabulary instead, every token looks ~pad-mass less likely.
+        unmasked = token_logprobs(model, full, torch.ones_like(full), 1.0)[0, len(prompt) - 1 :]
+        assert float((lp[0, len(prompt) - 1 :] - unmasked).min().detach()) > 0.5
+
+
+def test_negative_advantages_put_no_mass_on_the_banned_token(tok):
+    """The learner's gradient never reaches the pad logit. Scored over the full vocabulary,
+    negative advantages push the sampled tokens down and every other token up, and pad, never
+    sampled, is never pushed back: a ratchet that gave pad 73% of the default job's policy."""
+    prompt = encode_prompt(tok, "push the box", 100)
+
+    def pad_prob_after(banned, iters):
+        torch.manual_seed(3)
+        model = _model(tok, seed=3)
+        learner = Learner(model, LearnerConfig(lr=5e-2), tok.pad_token_id, banned_ids=banned)
+        backend = HFBackend(model, tok)
+        for i in range(iters):
+            gens = backend.generate([prompt] * 8, Sampling(max_new_tokens=4))
+            samples = [Sample(prompt, g.token_ids, g.logprobs, -1.0) for g in gens]
+            learner.update(samples, np.random.default_rng(i))
+        grad = 0.0 if not iters else float(model.lm_head.weight.grad[tok.pad_token_id].abs().max())
+        with torch.no_grad():
+            p = torch.softmax(model(torch.tensor([prompt])).logits[0, -1].float(), -1)
+        return float(p[tok.pad_token_id]), grad
+
+    p0, _ = pad_prob_after((), 0)
+    p_unmasked, grad_unmasked = pad_prob_after((), 5)
+    p_masked, grad_masked = pad_prob_after(banned_token_ids(tok), 5)
+    assert p_unmasked > 1.2 * p0 and grad_unmasked > 0  # the ratchet, without the ban
+    assert grad_masked == 0.0  # one vocabulary: no gradient reaches the banned logit
+    assert p_masked < p0
 
 
 def test_update_changes_parameters_and_follows_advantage(tok):
@@ -203,7 +271,13 @@ def test_recomputed_old_logprobs_match_sampler(tok):
     prompts = [encode_prompt(tok, t, 100) for t in ("push the box", "move left now")]
     gens = backend.generate(prompts, Sampling(max_new_tokens=5, temperature=0.9))
     samples = [Sample(p, g.token_ids, list(g.logprobs), 0.5) for p, g in zip(prompts, gens)]
-    learner = Learner(model, LearnerConfig(old_logprobs="recompute"), tok.pad_token_id, 0.9)
+    learner = Learner(
+        model,
+        LearnerConfig(old_logprobs="recompute"),
+        tok.pad_token_id,
+        0.9,
+        banned_ids=banned_token_ids(tok),
+    )
     stats = learner.update(samples, np.random.default_rng(0))
     assert stats["loss/old_logp_mismatch_max"] < 1e-4
     assert stats["loss/clipfrac"] == 0.0  # on-policy first step: ratio 1 everywhere

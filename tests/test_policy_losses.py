@@ -1,6 +1,6 @@
 """Policy losses and token weights: registry, golden values, gradients, limits, masks, e2e.
 
-Golden values are written out from the equations of ALGOS.md §7 on two or three tokens;
+Golden values are written from the equations of docs/methods.md#policy-losses on 2 or 3 tokens;
 gradients are compared with the analytic gradient of the written formula (d log softmax(θ)_y /
 dθ = e_y − p); the PPO default through the registry equals the former hard-wired code bit for
 bit; every loss trains the tiny model end to end.

@@ -1,5 +1,5 @@
-"""RELACE (a reconstruction, ALGOS.md §4): golden values, Δ ≡ 0 reduction, success mask, no
-outcome leak, slow reference = vectorised estimator, numerical edge cases, and the policy
+"""RELACE (a reconstruction, docs/methods.md#relace): golden values, Δ ≡ 0 reduction, success
+mask, no outcome leak, slow reference = vectorised estimator, numerical edge cases, and the policy
 scorer on the tiny model."""
 
 from __future__ import annotations
@@ -532,7 +532,10 @@ def unpadded_mean_logprob(model, tok, context, response, temperature, max_prompt
     ids = torch.tensor([prompt + resp])
     with torch.no_grad():
         logits = model(input_ids=ids).logits[0].float() / temperature  # (L, V)
-    logp = torch.log_softmax(logits, dim=-1)
+    # The distribution sampled from: the pad token (never generated) is left out.
+    keep = torch.ones(logits.shape[-1], dtype=torch.bool)
+    keep[tok.pad_token_id] = False
+    logp = logits - torch.logsumexp(logits[:, keep], dim=-1, keepdim=True)
     n = len(prompt)
     return float(np.mean([float(logp[n - 1 + k, tok_id]) for k, tok_id in enumerate(resp)]))
 

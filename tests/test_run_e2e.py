@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import run_agentrl
+from helpers import read_metrics, run_agentrl
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agentrl.configuration import ConfigError
-from agentrl.run import compose
+from agentrl.run import compose, main
+from agentrl.run.trainer import print_summary, run_summary
 
 RUN = [sys.executable, "-m", "agentrl.run"]
 
@@ -44,6 +46,18 @@ def test_two_iterations_train_every_parameter_and_save_hf_checkpoint(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "iter 2/2" in proc.stderr + proc.stdout
     ckpt = out / "checkpoints" / "iter-000002"
+    # The closing summary, on stdout: final train and eval success next to the untrained
+    # evaluation, where the run is, its last checkpoint and how to view it.
+    rows = {r["iteration"]: r for r in read_metrics(out)}
+    summary = proc.stdout[proc.stdout.index("agentrl: run finished") :]
+    assert f"train success   {rows[2]['env/success']:.3f}  (iteration 2)" in summary
+    assert (
+        f"eval success    {rows[2]['eval/success']:.3f}  (iteration 2; untrained, "
+        f"iteration 0: {rows[0]['eval/success']:.3f})"
+    ) in summary
+    assert f"run folder      {out}\n" in summary
+    assert f"last checkpoint {ckpt}\n" in summary
+    assert f"tensorboard --logdir {out / 'tb'}" in summary
     assert (ckpt / "config.json").exists() and (ckpt / "model.safetensors").exists()
     assert (out / "checkpoints" / "latest").read_text() == "iter-000002"
     assert (out / "run_config.yaml").exists()
@@ -71,7 +85,9 @@ def test_default_config_composes():
     assert (cfg.env_name, cfg.algo_name, cfg.model.name) == ("sokoban", "grpo", "tiny")
     assert cfg.model.name_or_path is None
     # the tiny preset tunes rollout/learner for the tiny model; the command line still wins
-    assert (cfg.rollout.max_new_tokens, cfg.rollout.history_length, cfg.learner.lr) == (3, 0, 5e-3)
+    rc = cfg.rollout
+    assert (rc.max_new_tokens, rc.history_length, rc.eval_temperature) == (1, 0, 1.0)
+    assert cfg.learner.lr == 5e-3
     assert compose(["rollout.max_new_tokens=7"]).rollout.max_new_tokens == 7
     real = compose(["model=qwen2.5-1.5b-instruct"])
     assert real.model.name_or_path == "Qwen/Qwen2.5-1.5B-Instruct"
@@ -91,10 +107,10 @@ def test_default_config_composes():
         (["trainer.steps=-1"], ConfigError, "trainer.steps=-1 is invalid"),
         (["trainer.steps=0", "trainer.eval_every=0"], ConfigError, "evaluation-only run"),
         (["+env.num_boxs=2"], ConfigError, "Did you mean 'num_boxes'"),
-        (["env=sokobn"], Exception, "Could not find 'env/sokobn'"),
-        (["algo=grpp"], Exception, "Could not find 'algo/grpp'"),
+        (["env=sokobn"], ConfigError, "env=sokobn is not a valid option; choose one of ["),
+        (["algo=grpp"], ConfigError, "Did you mean 'grpo'?"),
         (["algo.norm_by_std=maybe"], ConfigError, "algo.norm_by_std='maybe' must be true or false"),
-        (["trainer.stepz=2"], Exception, "Could not override 'trainer.stepz'"),
+        (["trainer.stepz=2"], ConfigError, "trainer.stepz is not a valid key"),
         (["rollout.action_format=xml"], ConfigError, "choose one of ['tag', 'plain']"),
     ],
 )
@@ -102,6 +118,50 @@ def test_broken_config_names_the_key(args, error, message):
     with pytest.raises(error) as exc:
         compose(args)
     assert message in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("arg", "message"),
+    [
+        ("algo=crbx", "algo=crbx is not a valid option; choose one of ['ac2', "),
+        ("algo=crbx", "Did you mean 'crbc'?"),
+        ("env=sokobn", "Did you mean 'sokoban'?"),
+        ("trainer.stepz=3", "trainer.stepz is not a valid key; valid keys are ['device', "),
+        ("trainer.stepz=3", "Did you mean 'steps'?"),
+        ("env.dim_rom=[7,7]", "Did you mean 'dim_room'?"),
+        ("foo=1", "foo is not a valid key; valid keys are ['algo', 'env', 'learner', "),
+    ],
+)
+def test_cli_names_the_closest_key_or_option(arg, message, monkeypatch, capsys):
+    """A misspelt key without ``+`` or group option gets agentrl's message (the valid choices
+    and the closest one) and exit code 2, not Hydra's bare error."""
+    monkeypatch.setattr(sys, "argv", ["agentrl.run", arg])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_summary_is_printed_by_the_main_rank_only(tmp_path, capsys):
+    rows = [
+        {"iteration": 0, "eval/success": 0.125},
+        {"iteration": 1, "env/success": 0.25},
+        {"iteration": 2, "env/success": 0.5, "eval/success": 0.375},
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ckpt = tmp_path / "checkpoints" / "iter-000002"
+    print_summary(tmp_path, ckpt, is_main=False)
+    assert capsys.readouterr().out == ""
+    print_summary(tmp_path, ckpt, is_main=True)
+    assert capsys.readouterr().out == run_summary(rows, tmp_path, ckpt) + "\n"
+    text = run_summary(rows, tmp_path, ckpt)
+    assert "train success   0.500  (iteration 2)" in text
+    assert "eval success    0.375  (iteration 2; untrained, iteration 0: 0.125)" in text
+    assert f"last checkpoint {ckpt}" in text and f"tensorboard --logdir {tmp_path}/tb" in text
+    # An evaluation-only run (trainer.steps=0): its one evaluation, no checkpoint.
+    text = run_summary(rows[:1], tmp_path, None)
+    assert "eval success    0.125  (iteration 0)" in text and "train success" not in text
+    assert "last checkpoint none saved" in text
 
 
 def test_steps_zero_evaluates_a_checkpoint_only(tmp_path):

@@ -174,7 +174,7 @@ def test_million_step_batch_is_fast(mdp):
 
 
 def test_empirical_closure_of_a_large_group_matches_exact_values(mdp):
-    """The closure CRBC solves on the sampled graph (ALGOS.md §2, Eq. 9) tends to V^μ."""
+    """The closure CRBC solves on the sampled graph (docs/methods.md#crbc, Eq. 9) tends to V^μ."""
     import scipy.sparse as sp
     import scipy.sparse.linalg as spla
 

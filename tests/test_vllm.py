@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import gc
 import importlib.util
+import logging
 import os
 import subprocess
 import sys
@@ -37,6 +38,7 @@ from agentrl.learn.model import (
     prepare_for_training,
     save_model,
 )
+from agentrl.model import banned_token_ids, mask_banned
 from agentrl.rollout import HFBackend, Sampling, encode_prompt
 
 REQUIRE = os.environ.get("AGENTRL_REQUIRE_VLLM") == "1"
@@ -163,7 +165,8 @@ def test_greedy_tokens_and_logprobs_match_hf(engine):
 
 @pytest.mark.parametrize(
     ("temperature", "top_p", "top_k"),
-    [(0.7, 1.0, 0), (1.3, 1.0, 0), (0.7, 0.8, 0), (1.0, 1.0, 5), (0.7, 0.9, 20)],
+    # 0.005: vLLM samples at 0.01 (its minimum), so the backend re-scores
+    [(0.7, 1.0, 0), (1.3, 1.0, 0), (0.7, 0.8, 0), (1.0, 1.0, 5), (0.7, 0.9, 20), (0.005, 1.0, 0)],
 )
 def test_sampled_logprobs_are_log_softmax_of_logits_over_temperature(
     engine, temperature, top_p, top_k
@@ -172,22 +175,27 @@ def test_sampled_logprobs_are_log_softmax_of_logits_over_temperature(
     engine.vl.lora_sync = "merged"
     engine.vl.sync(model)
     sampling = Sampling(max_new_tokens=6, temperature=temperature, top_p=top_p, top_k=top_k)
+    banned = banned_token_ids(engine.tok)
     for p, g in zip(engine.prompts, engine.vl.generate(engine.prompts, sampling)):
         ids = torch.tensor([p + g.token_ids], device=DEVICE)
         with torch.no_grad():
-            lp = token_logprobs(model, ids, torch.ones_like(ids), temperature, len(g.token_ids))
-        # agentrl's convention: untruncated log_softmax(logits / T) of the sampled tokens
+            lp = token_logprobs(
+                model, ids, torch.ones_like(ids), temperature, len(g.token_ids), banned
+            )
+        # agentrl's convention: untruncated log_softmax(logits / T), pad excluded
         np.testing.assert_allclose(g.logprobs, lp[0].cpu().numpy(), atol=ATOL, rtol=0)
         if top_k:  # and the truncation did apply to what was sampled
             with torch.no_grad():
-                logits = model(ids).logits[0, len(p) - 1 : -1]
+                logits = mask_banned(model(ids).logits[0, len(p) - 1 : -1], banned)
             ranks = (logits > logits.gather(1, ids[0, len(p) :, None])).sum(1)
             assert int(ranks.max()) < top_k
 
 
-def test_pad_is_never_sampled_and_its_mass_stays_in_the_logprobs(engine):
+def test_pad_is_never_sampled_and_is_left_out_of_the_logprobs(engine):
     """As HF generate: the pad token is suppressed (a trained tiny policy can put its largest
-    logit on it), yet the log-probs keep the raw normaliser, pad included."""
+    logit on it), and the log-probs normalise over the vocabulary without it (the masked
+    convention, agentrl.model.vocab): vLLM's processed log-probs, after the -100 logit bias,
+    are that at T = 0, 1 and 0.7 with no re-scoring."""
     model = engine.model()
     hf = HFBackend(model, engine.tok)
     pad = engine.tok.pad_token_id
@@ -202,16 +210,22 @@ def test_pad_is_never_sampled_and_its_mass_stays_in_the_logprobs(engine):
     assert int((raw.argmax(-1) == pad).sum()) > 0, "pad is not the argmax anywhere"
     engine.vl.lora_sync = "merged"
     engine.vl.sync(model)
-    engine.vl.policy = None  # T = 0 and 1 need no re-scoring: a re-score would raise
+    engine.vl.policy = None  # nothing is re-scored: a re-score would raise
     _compare(a, engine.vl.generate(engine.prompts, GREEDY))
-    warm = Sampling(max_new_tokens=8, temperature=1.0)
-    gens = engine.vl.generate(engine.prompts * 4, warm)
-    assert all(pad not in g.token_ids for g in gens)
-    for p, g in zip(engine.prompts * 4, gens):
-        ids = torch.tensor([p + g.token_ids], device=DEVICE)
-        with torch.no_grad():
-            lp = token_logprobs(model, ids, torch.ones_like(ids), 1.0, len(g.token_ids))
-        np.testing.assert_allclose(g.logprobs, lp[0].cpu().numpy(), atol=ATOL, rtol=0)
+    banned = banned_token_ids(engine.tok)
+    assert banned == (pad,)
+    for temperature in (1.0, 0.7):
+        warm = Sampling(max_new_tokens=8, temperature=temperature)
+        assert not engine.vl.needs_rescoring(warm)
+        gens = engine.vl.generate(engine.prompts * 4, warm)
+        assert all(pad not in g.token_ids for g in gens)
+        for p, g in zip(engine.prompts * 4, gens):
+            ids = torch.tensor([p + g.token_ids], device=DEVICE)
+            with torch.no_grad():
+                lp = token_logprobs(
+                    model, ids, torch.ones_like(ids), temperature, len(g.token_ids), banned
+                )
+            np.testing.assert_allclose(g.logprobs, lp[0].cpu().numpy(), atol=ATOL, rtol=0)
 
 
 def test_without_a_pad_ban_vllm_logprobs_need_no_rescoring(engine, tmp_path):
@@ -254,6 +268,77 @@ def test_sync_after_learner_update_tracks_the_new_weights(engine):
     _compare(old, engine.vl.generate(engine.prompts, GREEDY))  # not synced yet: old policy
     engine.vl.sync(model)
     _compare(new, engine.vl.generate(engine.prompts, GREEDY))
+
+
+_STACKED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+
+
+def _policy_weight(state: dict, name: str) -> torch.Tensor:
+    """The policy's weight for the engine parameter ``name`` (vLLM stacks q/k/v and gate/up;
+    with LoRA enabled its layers wrap a ``base_layer``)."""
+    name = name.replace(".base_layer.", ".")
+    module, _, leaf = name.rpartition(".")
+    parent, _, last = module.rpartition(".")
+    if last in _STACKED:
+        return torch.cat([state[f"{parent}.{part}.{leaf}"] for part in _STACKED[last]])
+    return state[name]
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+
+def test_sync_loads_every_weight_and_logs_no_warning(engine):
+    """After a learner update and a sync, every engine weight is the policy's: compared directly
+    where the engine keeps it in checkpoint layout (embedding, norms; all of them on a GPU),
+    through the greedy log-probs where the CPU backend repacked it (linear layers, left empty
+    as parameters); the rotary cos/sin cache equals the one HF computes from ``inv_freq``. And
+    vLLM logs no warning during the sync: its reload used to report "RotaryEmbedding: Failed to
+    load weights" every time (the cache is no checkpoint weight; vllm_backend.quiet_vllm)."""
+    model = engine.model()
+    engine.vl.lora_sync = "merged"
+    engine.vl.sync(model)
+    _update(model, engine.tok, engine.prompts)
+    handler = _Records()
+    vllm_log = logging.getLogger("vllm")  # vLLM's loggers all propagate to it
+    vllm_log.addHandler(handler)
+    try:
+        engine.vl.sync(model)
+    finally:
+        vllm_log.removeHandler(handler)
+    assert [r.getMessage() for r in handler.records] == []
+
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    # In this process: the backend runs vLLM's engine core here (VLLM_ENABLE_V1_MULTIPROCESSING=0).
+    served = engine.vl._engine_model()
+    direct, repacked = [], []
+    for name, param in served.named_parameters():
+        if param.numel() == 0:
+            repacked.append(name)
+            continue
+        ref, got = _policy_weight(state, name), param.detach().cpu()
+        if "embed_tokens" in name:  # vLLM pads the vocabulary
+            got = got[: ref.shape[0]]
+        torch.testing.assert_close(got, ref, rtol=0, atol=0, msg=name)
+        direct.append(name)
+    assert any("embed_tokens" in n for n in direct) and "model.norm.weight" in direct
+    assert DEVICE == "cpu" or not repacked
+    assert all(n.endswith(("_proj.weight", "_proj.base_layer.weight")) for n in repacked)
+    inv_freq = dict(model.named_buffers())["model.rotary_emb.inv_freq"].detach().cpu().float()
+    caches = [b for n, b in served.named_buffers() if n.endswith("rotary_emb.cos_sin_cache")]
+    assert caches
+    for cache in caches:
+        angles = torch.outer(torch.arange(cache.shape[0], dtype=torch.float32), inv_freq)
+        expected = torch.cat([angles.cos(), angles.sin()], dim=-1)
+        torch.testing.assert_close(cache.detach().cpu().float(), expected, rtol=0, atol=1e-6)
+    # The repacked linear layers (and everything else) through what the engine computes.
+    hf = HFBackend(model, engine.tok)
+    _compare(hf.generate(engine.prompts, GREEDY), engine.vl.generate(engine.prompts, GREEDY))
 
 
 def test_sleep_during_the_update_then_sync(engine):
@@ -313,10 +398,11 @@ def test_lora_adapter_sync_serves_only_the_newest_adapter(engine):
     assert engine.vl.llm.llm_engine.list_loras() == {engine.vl._lora.lora_int_id}
     assert not Path(first.lora_path).exists()
     warm = Sampling(max_new_tokens=6, temperature=0.7, top_p=0.9)
+    banned = banned_token_ids(engine.tok)
     for p, g in zip(engine.prompts, engine.vl.generate(engine.prompts, warm)):
         ids = torch.tensor([p + g.token_ids], device=DEVICE)
         with torch.no_grad():
-            lp = token_logprobs(model, ids, torch.ones_like(ids), 0.7, len(g.token_ids))
+            lp = token_logprobs(model, ids, torch.ones_like(ids), 0.7, len(g.token_ids), banned)
         np.testing.assert_allclose(g.logprobs, lp[0].cpu().numpy(), atol=ATOL, rtol=0)
 
 

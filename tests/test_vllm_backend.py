@@ -5,6 +5,7 @@ the merged LoRA weights are checked against peft. The real engine is tested in t
 from __future__ import annotations
 
 import copy
+import logging
 import sys
 import types
 from types import SimpleNamespace
@@ -22,9 +23,11 @@ from agentrl.learn.model import (
 )
 from agentrl.rollout import RolloutConfig, Sampling
 from agentrl.rollout.vllm_backend import (
+    VLLM_MIN_TEMPERATURE,
     VLLMBackend,
     _hf_weights,
     lora_rank_slot,
+    quiet_vllm,
     truncates,
     weight_sync_path,
 )
@@ -249,3 +252,66 @@ def test_trainer_puts_the_backend_to_sleep_for_the_update_and_syncs_after(tmp_pa
     )
     trainer.train(cfg, tmp_path)
     assert calls[-3:] == ["sleep", "update", "sync"] and set(calls[:-3]) == {"generate"}
+
+
+def test_rescoring_only_where_vllm_logprobs_are_not_the_convention(fake_vllm, tiny):
+    """Processed log-probs (after the pad's -100 bias and the temperature) are the masked
+    convention at every temperature vLLM takes (0 to 2); truncation, a temperature vLLM raises to
+    its minimum, or a vLLM without logprobs_mode (raw log-probs, pad in the normaliser) need
+    re-scoring."""
+    tok, _ = tiny
+    assert tok.pad_token_id != tok.eos_token_id  # the tiny tokenizer bans its pad
+    vl = VLLMBackend("ckpt", tok, sleep="off")
+    assert vl.llm.kwargs["logprobs_mode"] == "processed_logprobs" and vl.processed_logprobs
+    for t in (0.0, VLLM_MIN_TEMPERATURE, 0.7, 1.0, 1.3, 2.0):
+        assert not vl.needs_rescoring(Sampling(4, temperature=t))
+    assert vl.needs_rescoring(Sampling(4, temperature=0.7, top_p=0.9))
+    assert vl.needs_rescoring(Sampling(4, temperature=VLLM_MIN_TEMPERATURE / 2))
+    with pytest.raises(ValueError, match="policy"):  # no policy to re-score with
+        vl.generate([[1, 2]], Sampling(4, temperature=0.7, top_k=5))
+    assert vl.generate([[1, 2]], Sampling(4, temperature=0.7))[0].logprobs == [-0.5]
+    unbanned = copy.deepcopy(tok)
+    unbanned.pad_token = unbanned.eos_token
+    vl = VLLMBackend("ckpt", unbanned, sleep="off")
+    assert not vl.needs_rescoring(Sampling(4, temperature=1.7))
+    vl.processed_logprobs = False  # as on a vLLM without logprobs_mode
+    assert [vl.needs_rescoring(Sampling(4, temperature=t)) for t in (0.0, 1.0, 0.7)] == [
+        False,
+        False,
+        True,
+    ]
+    vl = VLLMBackend("ckpt", tok, sleep="off")
+    vl.processed_logprobs = False
+    assert vl.needs_rescoring(Sampling(4, temperature=1.0))  # raw: pad in the normaliser
+
+
+def test_quiet_vllm_drops_only_the_expected_messages():
+    """The rotary embedding's "Failed to load weights" is dropped (it has no checkpoint weight);
+    the same message for any other layer, and anything outside the block, still shows."""
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    logger = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
+    seed_logger = logging.getLogger("vllm.engine.arg_utils")
+    handler = Keep(logging.WARNING)
+    for lg in (logger, seed_logger):
+        lg.addHandler(handler)
+    try:
+        with quiet_vllm():
+            for layer in ("RotaryEmbedding", "Llama3RotaryEmbedding", "QKVParallelLinear"):
+                logger.warning("%s: Failed to load weights", layer)
+            seed_logger.warning("The global random seed is set to %d. ...", 0)
+            seed_logger.warning("something else")
+        logger.warning("%s: Failed to load weights", "RotaryEmbedding")
+    finally:
+        for lg in (logger, seed_logger):
+            lg.removeHandler(handler)
+    assert seen == [
+        "QKVParallelLinear: Failed to load weights",
+        "something else",
+        "RotaryEmbedding: Failed to load weights",
+    ]
+    assert not logger.filters and not seed_logger.filters

@@ -1,7 +1,7 @@
-"""The README's example environment, registered for tests as ``guess``.
+"""The test suite's own toy environment, registered as ``guess``.
 
-Keeping it here proves the README's "adding an environment" recipe works as written, and puts a
-second environment under the contract suite.
+A minimal TextEnv that puts a second small environment under the contract suite and serves the
+rollout and plugin tests (the README's example is examples/doors, tested in test_examples.py).
 """
 
 from __future__ import annotations

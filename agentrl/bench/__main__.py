@@ -1,17 +1,14 @@
-"""Command line for the benchmarks: ``python -m agentrl.bench <name> [--out DIR] [--quick]``.
+"""Command line: ``python -m agentrl.bench <name> [--out DIR | --update] [--quick] [--check]``.
 
-``COMMANDS`` maps each name to ``"module:function"``; the function is imported only when its
-command runs (so one benchmark's heavy imports never slow another) and is called as
-``function(out_dir=..., quick=...)``; a benchmark with options of its own also takes
-``argv`` (the remaining command-line arguments). Adding a benchmark is one line in
-``COMMANDS``.
+``COMMANDS`` maps each name to ``"module:function"``, imported only when its command runs and
+called as ``function(out_dir=..., quick=...)`` (plus ``argv``, the remaining arguments, when it
+takes them). Reports go to the scratch folder ``bench-out/`` unless ``--update`` (the same as
+``--out results``) asks for the committed reports (:mod:`agentrl.bench._report`).
 
-``python -m agentrl.bench <name> --check`` re-measures a reduced part of a benchmark and
-compares it with the committed report in ``--out`` (default ``results/``; nothing is written):
-``CHECKS`` maps a name to its ``check(results_dir=..., log=..., tolerance=...)``, which returns
-the compared figures (:mod:`agentrl.bench._check`). The exit code is 1 when a figure regressed
-by more than ``--tolerance`` (default 30 %) or is missing from the report, 0 otherwise; figures
-that cannot be compared (TRL not installed) are listed as skipped.
+``<name> --check`` re-measures part of a benchmark and compares it with the committed report in
+``--out`` (default ``results/``; nothing is written): ``CHECKS`` maps a name to its
+``check(results_dir=..., log=..., tolerance=...)`` (:mod:`agentrl.bench._check`). The exit code
+is 1 when a figure regressed by more than ``--tolerance`` or is missing, else 0.
 """
 
 from __future__ import annotations
@@ -20,8 +17,10 @@ import argparse
 import importlib
 import inspect
 import sys
+from pathlib import Path
 
 from agentrl.bench._check import TOLERANCE, CheckError, evaluate
+from agentrl.bench._report import RESULTS, SCRATCH
 
 COMMANDS: dict[str, str] = {
     "env-speed": "agentrl.bench.env_speed:run",
@@ -50,8 +49,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", nargs="?", help=f"one of {', '.join(COMMANDS)}")
     parser.add_argument(
         "--out",
-        default="results",
-        help="report folder (default: results); with --check, where the committed report is",
+        default=None,
+        help=f"report folder (default: {SCRATCH}, a scratch folder; --update writes {RESULTS}); "
+        f"with --check, where the committed report is (default: {RESULTS})",
+    )
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help=f"rewrite the committed reports: the same as --out {RESULTS}",
     )
     parser.add_argument("--quick", action="store_true", help="a fast smoke run")
     parser.add_argument(
@@ -71,18 +76,41 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{what}; valid benchmarks: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
     if args.check:
+        if args.update:
+            parser.error("--check writes nothing: it takes no --update")
+        args.out = RESULTS if args.out is None else args.out
         return _check(parser, args, rest)
     if args.tolerance is not None:
         parser.error("--tolerance goes with --check")
-    module, func = COMMANDS[args.command].split(":")
-    fn = getattr(importlib.import_module(module), func)
+    if args.update and args.out is not None and Path(args.out).resolve() != Path(RESULTS).resolve():
+        parser.error(f"--update writes {RESULTS}/; it cannot go with --out {args.out}")
+    out = output_dir(args.out, args.update)
+    fn = _function(COMMANDS[args.command])
     extra = {}
     if "argv" in inspect.signature(fn).parameters:
         extra["argv"] = rest
     elif rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    fn(out_dir=args.out, quick=args.quick, **extra)
+    committed = Path(out).resolve() == Path(RESULTS).resolve()
+    where = "the committed reports" if committed else f"--update writes {RESULTS}/ instead"
+    print(f"[{args.command}] reports go to {out.rstrip('/')}/ ({where})", file=sys.stderr)
+    fn(out_dir=out, quick=args.quick, **extra)
     return 0
+
+
+def _function(target: str):
+    """The function of a ``"module:function"`` target, imported now (not before its command
+    runs, so one benchmark's heavy imports never slow another)."""
+    module, func = target.split(":")
+    return getattr(importlib.import_module(module), func)
+
+
+def output_dir(out: str | None, update: bool) -> str:
+    """Where a benchmark run writes: ``out`` when given, ``results`` with ``update``, else the
+    scratch folder :data:`~agentrl.bench._report.SCRATCH` (never the committed reports)."""
+    if out is not None:
+        return out
+    return RESULTS if update else SCRATCH
 
 
 def _check(parser: argparse.ArgumentParser, args: argparse.Namespace, rest: list[str]) -> int:
@@ -100,10 +128,10 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace, rest: list
     if not 0 < tolerance < 10:
         parser.error(f"--tolerance {tolerance} must be in (0, 10)")
     title = f"{args.command} --check"
-    module, func = CHECKS[args.command].split(":")
     try:
-        fn = getattr(importlib.import_module(module), func)
-        figures = fn(results_dir=args.out, log=print, tolerance=tolerance)
+        figures = _function(CHECKS[args.command])(
+            results_dir=args.out, log=print, tolerance=tolerance
+        )
     except CheckError as exc:
         print(f"{title}: FAILED — {exc}")
         return 1

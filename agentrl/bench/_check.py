@@ -3,21 +3,27 @@
 A benchmark's ``check(results_dir, log, tolerance)`` re-measures a reduced but representative
 part of its run and returns :class:`Figure` objects: one number each, read from the committed
 markdown report (``results/<name>.md``, parsed by section and column header names with
-:func:`read_tables`) and measured now. Only figures that are stable across machines and load
-are compared: ratios within one run (agentrl vs TRL, an estimator vs GRPO) and deterministic
-accuracy figures. A figure regresses when it moved in its bad direction by more than
-``tolerance`` (default 30 %) of the committed value; :func:`evaluate` prints one line per figure
-and gives the exit code (1 on any failure). A figure that cannot be compared (TRL not
-installed, …) is *skipped* with its reason, never passed silently.
+:func:`~agentrl.bench._report.read_tables`) and measured now. Only figures that are stable
+across machines and load are compared: ratios within one run (agentrl vs TRL, an estimator vs
+GRPO) and deterministic accuracy figures. A figure regresses when it moved in its bad direction
+by more than ``tolerance`` (default 30 %) of the committed value; :func:`evaluate` prints one
+line per figure and gives the exit code (1 on any failure). A figure that cannot be compared
+(TRL not installed, …) is *skipped* with its reason, never passed silently.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from agentrl.bench._report import Table, read_tables
+
+__all__ = ["CheckError", "Figure", "Table", "evaluate", "parse_number", "read_tables", "tables_in"]
 
 TOLERANCE = 0.30
 """Default: a figure may move by at most 30 % of its committed value in its bad direction."""
@@ -120,51 +126,33 @@ class CheckError(Exception):
     """The committed report cannot be compared at all (missing, a ``--quick`` run, unparsable)."""
 
 
-# --- reading the committed markdown ---
+# --- reading the committed report ---
 
 
-@dataclass(frozen=True)
-class Table:
-    """A markdown pipe table: the ``## `` section it is in, its header cells and its rows."""
-
-    section: str
-    headers: tuple[str, ...]
-    rows: tuple[tuple[str, ...], ...]
-
-    def column(self, header: str) -> int:
-        """Index of the column whose header is ``header`` (exact, whitespace-trimmed)."""
-        try:
-            return self.headers.index(header)
-        except ValueError:
-            raise KeyError(f"no column {header!r} in table {self.headers}") from None
+def committed_report(results_dir: str | os.PathLike, name: str, command: str) -> tuple[Path, str]:
+    """The path and text of the committed report ``<results_dir>/<name>``; :class:`CheckError`
+    when it is missing or a ``--quick`` smoke run (its figures compare with nothing)."""
+    path = Path(results_dir) / name
+    if not path.exists():
+        raise CheckError(f"{path} does not exist: run `python -m agentrl.bench {command}` first")
+    text = path.read_text()
+    if "this was a `--quick` smoke run" in text:
+        raise CheckError(f"{path} is a --quick smoke run; regenerate it with the full benchmark")
+    return path, text
 
 
-def _cells(line: str) -> tuple[str, ...]:
-    return tuple(c.strip() for c in line.strip().strip("|").split("|"))
-
-
-def read_tables(text: str) -> list[Table]:
-    """Every pipe table of a markdown document, with the ``## `` heading above it."""
-    tables: list[Table] = []
-    section = ""
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        if line.startswith("## "):
-            section = line[3:].strip()
-        is_head = line.lstrip().startswith("|") and i + 1 < len(lines)
-        if is_head and re.fullmatch(r"\|?(\s*:?-+:?\s*\|)+\s*:?-*:?\s*", lines[i + 1].strip()):
-            headers = _cells(line)
-            rows = []
-            i += 2
-            while i < len(lines) and lines[i].lstrip().startswith("|"):
-                rows.append(_cells(lines[i]))
-                i += 1
-            tables.append(Table(section, headers, tuple(rows)))
-            continue
-        i += 1
-    return tables
+def confirmed(
+    measure: Callable[[], list[Figure]], tolerance: float, log: Callable[[str], Any], title: str
+) -> list[Figure]:
+    """``measure()``'s figures; when one is beyond ``tolerance`` it measures once more and each
+    figure keeps the better of its two values: one busy moment of a shared machine slows one
+    measurement, a real regression shows twice."""
+    figures = measure()
+    if any(f.verdict(tolerance) == "fail" and f.committed is not None for f in figures):
+        log(f"[{title}] a figure is beyond the tolerance: measuring again to confirm")
+        again = measure()
+        figures = [min(a, b, key=Figure.regression) for a, b in zip(figures, again)]
+    return figures
 
 
 def tables_in(text: str, section: str) -> list[Table]:

@@ -1,37 +1,19 @@
 """Credit-estimator benchmark: per-step credit against exact advantages, and compute time.
 
-Every registered estimator (:func:`agentrl.credit.list_estimators`, default config) runs on
-batches sampled from random finite MDPs (:mod:`agentrl.credit.synthetic`), where the behaviour
-values are known exactly. Quality: for group sizes G ∈ {4, 8, 16} and several random MDPs, the
-Pearson and Spearman correlations and the MSE between each estimator's per-step advantage and
-the true advantage Q^μ(s_t, a_t) − V^μ(s_t) at β = 0.98 (CRBC's default). Estimators scale their
-output differently (z-scores, mixing weights), so the MSE is also reported after the best least-
-squares scale c* = ⟨A, A*⟩/⟨A, A⟩ (no intercept, so a bias still counts), relative to mean(A*²).
-Speed: the median CPU time per batch at about 6.4k, 100k and 1M steps; the trajectory graph is built
-once per batch and timed on its own, as the trainer shares it. Estimators that rescore responses
-(``needs_scorer``) get :class:`~agentrl.credit.synthetic.SyntheticScorer` (an oracle Bayes
-hindsight model that parses the texts); their times include that scoring and are reported apart,
-since real scoring is two forward passes of the policy. Estimators with a rollout driver of
-their own consume a batch of another shape; the benchmark builds it from the same episodes
-(:data:`DRIVER_BATCHES`): AC2 sees every step as one continuation of its state, valued by the
-return that followed it (:func:`continuation_batch`). Estimators that keep state across
-iterations (``stateful``: BV-Blend, BASIS, Constrained GRPO) are warmed up first: in the
-accuracy runs they see :data:`WARMUP_BATCHES` earlier batches of the same MDP and G, carrying
-their state, before the measured batch; in the timings they get the state of one call on the
-timed batch, made before the rounds (every round starts from that same state).
-
-Writes ``<out_dir>/credit.md`` and ``<out_dir>/credit.png``. Reproduce with
-``python -m agentrl.bench credit`` (``--quick`` for a smoke run). ``--check`` (:func:`check`)
-re-measures the accuracy tables (deterministic) and the times at about 1M steps relative to
-GRPO's, and compares them with the committed report.
+``python -m agentrl.bench credit`` runs every registered estimator that needs no learned critic
+(default config) on batches sampled from random finite MDPs (:mod:`agentrl.credit.synthetic`),
+whose behaviour values are known exactly: :func:`measure_quality` compares each estimator's
+per-step advantage with Q^μ − V^μ, :func:`measure_speed` times it at about 6.4k, 100k and 1M
+steps. The report's Setup section says how (driver estimators get :data:`DRIVER_BATCHES`,
+stateful ones are warmed up, rescoring ones get an oracle scorer). Writes ``<out>/credit.md``
+and ``credit.png`` (drawn from the report, :func:`replot`); ``--check`` (:func:`check`)
+re-measures the accuracy tables and the times at 1M steps relative to GRPO's.
 """
 
 from __future__ import annotations
 
-import datetime
 import inspect
 import os
-import platform
 import re
 import time
 import traceback
@@ -42,8 +24,16 @@ from typing import Any
 
 import numpy as np
 
-from agentrl.bench._check import TOLERANCE, CheckError, Figure, parse_number, tables_in
-from agentrl.bench._report import cpu_name, version
+from agentrl.bench._check import (
+    TOLERANCE,
+    CheckError,
+    Figure,
+    committed_report,
+    confirmed,
+    parse_number,
+    tables_in,
+)
+from agentrl.bench._report import SCRATCH, figure, header, styles, write_markdown
 from agentrl.credit import compute_advantages, estimator_config, get_estimator, list_estimators
 from agentrl.credit.batch import StepBatch
 from agentrl.credit.graph import build_graph
@@ -59,6 +49,16 @@ BETA = 0.98
 GROUP_SIZES: tuple[int, ...] = (4, 8, 16)
 SIZES: tuple[int, ...] = (6_400, 100_000, 1_000_000)
 METRICS: tuple[str, ...] = ("pearson", "spearman", "mse", "mse_scaled", "rel_mse_scaled")
+QUALITY_SECTIONS: tuple[tuple[str, str], ...] = (
+    ("pearson", "Pearson r with the true advantage"),
+    ("spearman", "Spearman ρ with the true advantage"),
+    ("rel_mse_scaled", "Relative MSE after the best scale fit (1 = predicting 0)"),
+    ("mse_scaled", "MSE after the best scale fit"),
+    ("mse", "Raw MSE (unscaled)"),
+)
+"""The report's accuracy tables (metric, section title), in order."""
+CHECK_METRICS = QUALITY_SECTIONS[:2]
+"""The accuracy figures ``--check`` compares (metric, section of the report)."""
 TIME_GROUP_SIZE = 8  # rollouts per group in the timing batches
 WARMUP_BATCHES = 3
 """Earlier batches a stateful estimator sees (carrying its state) before a measured batch."""
@@ -195,9 +195,6 @@ def continuation_batch(batch: StepBatch) -> StepBatch:
     )
 
 
-# PS-PPO compares an attempt's outcome with the other continuations of the same prefix (its
-# anchor): on episodes that is the return-to-go of each step against the other visits of its
-# state, i.e. the same per-step view as AC2's fully continued case.
 def benchmarked() -> tuple[list[str], list[str]]:
     """(the estimators the benchmark measures, those it leaves out): every registered estimator
     except those that need a learned critic (``critic=``, e.g. GAE), whose advantages depend on
@@ -209,6 +206,8 @@ def benchmarked() -> tuple[list[str], list[str]]:
 
 DRIVER_BATCHES: dict[str, Callable[[StepBatch], StepBatch]] = {
     "ac2": continuation_batch,
+    # PS-PPO compares an attempt with the other continuations of its prefix (its anchor): on
+    # episodes, each step's return-to-go against the other visits of its state, as for AC2.
     "psppo": continuation_batch,
 }
 """How the benchmark turns a batch of episodes into the batch that an estimator with its own
@@ -484,62 +483,83 @@ def _speed_table(t: Timing, names: Sequence[str], scored: bool) -> str:
     return "\n".join(lines)
 
 
-def _plot(
-    path: Path, q: Quality, t: Timing, names: Sequence[str], group_sizes: Sequence[int]
-) -> None:
-    import matplotlib
+@dataclass
+class PlotData:
+    """What ``credit.png`` shows, read from a written report (:func:`plot_data_from_report`): so
+    the plot can be redrawn without measuring again, and always shows the report's numbers."""
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    group_sizes: list[int]
+    pearson: dict[str, tuple[list[float], list[float]]]
+    """Estimator → (mean Pearson r, its standard error over MDPs) at each group size."""
+    sizes: list[int]
+    """Steps per timed batch."""
+    graph_s: list[float]
+    times: dict[str, list[float | None]]
+    """Estimator → seconds per batch at each size (scoring included; None: not timed)."""
+    scored: set[str] = field(default_factory=set)
+    """Estimators whose times include rescoring (drawn dotted)."""
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
-    k = METRICS.index("pearson")
-    for name in names:
-        if name in q.errors:
-            continue
-        means, errs = [], []
-        for g in group_sizes:
-            v = q.array(name, g)[:, k]
-            v = v[np.isfinite(v)]
-            means.append(v.mean() if v.size else np.nan)
-            errs.append(v.std(ddof=1) / np.sqrt(v.size) if v.size > 1 else 0.0)
-        ax1.errorbar(group_sizes, means, yerr=errs, marker="o", capsize=3, label=name)
-    ax1.set_xscale("log", base=2)
-    ax1.set_xticks(list(group_sizes), [str(g) for g in group_sizes])
-    ax1.set_xlabel("group size G")
-    ax1.set_ylabel("Pearson r with Q^μ − V^μ (β = 0.98)")
-    ax1.set_title("credit quality (mean ± s.e. over MDPs)")
-    ax1.grid(alpha=0.3)
-    ax1.legend(fontsize=7)
 
-    ax2.plot(t.sizes, t.graph_s, "k--", marker="s", label="graph build (shared)")
-    for name in names:
-        ys = t.est_s.get(name, [])
-        pts = [(n, y) for n, y in zip(t.sizes, ys) if y is not None]
-        if not pts:
-            continue
-        scored = get_estimator(name).needs_scorer
-        ax2.plot(
-            *zip(*pts),
-            marker="o",
-            linestyle=":" if scored else "-",
-            label=name + (" (incl. scoring)" if scored else ""),
-        )
-    ax2.axhline(2.0, color="grey", linewidth=0.8)
-    ax2.set_xscale("log")
-    ax2.set_yscale("log")
-    ax2.set_xlabel("steps per batch")
-    ax2.set_ylabel("CPU seconds per batch (median)")
-    ax2.set_title("compute time")
-    ax2.grid(alpha=0.3, which="both")
-    ax2.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+def plot_data_from_report(text: str) -> PlotData:
+    """The plot's numbers from a credit report: its Pearson table (mean ± sd over its MDPs)
+    and its timing tables."""
+    setup = re.search(r"Quality: (\d+) MDPs", text)
+    if setup is None:
+        raise CheckError("no 'Quality: <n> MDPs' line in the report")
+    n_mdps = int(setup.group(1))
+    stats = _quality_stats(text, CHECK_METRICS[0][1])
+    group_sizes = sorted({g for _, g in stats})
+    pearson = {}
+    for name in dict.fromkeys(n for n, _ in stats):
+        cells = [stats[(name, g)] for g in group_sizes]
+        if all(cells):  # not an estimator that failed
+            pearson[name] = ([m for m, _ in cells], [sd / np.sqrt(n_mdps) for _, sd in cells])
+    sizes, times, scored = _speed_columns(text)
+    graph_s = [v if v is not None else float("nan") for v in times.pop(GRAPH_ROW, [])]
+    return PlotData(group_sizes, pearson, sizes, graph_s, times, scored)
+
+
+def replot(report_dir: str | os.PathLike) -> Path:
+    """Draw ``<report_dir>/credit.png`` from ``<report_dir>/credit.md`` without measuring
+    (``python -c "from agentrl.bench.credit import replot; replot('results')"``)."""
+    out = Path(report_dir)
+    path = out / "credit.png"
+    _plot(path, plot_data_from_report((out / "credit.md").read_text()))
+    return path
+
+
+def _plot(path: Path, data: PlotData) -> None:
+    # One colour and marker per estimator, the same in both panels: every line is told apart.
+    style = styles([*data.pearson, *data.times])
+    with figure(path, 2, (7.5, 5.2)) as (ax1, ax2):
+        for name, (means, errs) in data.pearson.items():
+            ax1.errorbar(data.group_sizes, means, yerr=errs, capsize=3, label=name, **style[name])
+        ax1.set_xscale("log", base=2)
+        ax1.set_xticks(data.group_sizes, [str(g) for g in data.group_sizes])
+        ax1.set_xlabel("group size G")
+        ax1.set_ylabel("Pearson r with Q^μ − V^μ (β = 0.98)")
+        ax1.set_title("credit quality (mean ± s.e. over MDPs)")
+        ax2.plot(data.sizes, data.graph_s, "k--", marker="s", label="graph build (shared)")
+        for name, ys in data.times.items():
+            pts = [(n, y) for n, y in zip(data.sizes, ys) if y is not None]
+            scored = name in data.scored
+            if pts:
+                ax2.plot(*zip(*pts), **style[name], linestyle=":" if scored else "-",
+                         label=name + (" (incl. scoring)" if scored else ""))  # fmt: skip
+        ax2.axhline(2.0, color="grey", linewidth=0.8)
+        ax2.set_xscale("log")
+        ax2.set_yscale("log")
+        ax2.set_xlabel("steps per batch")
+        ax2.set_ylabel("CPU seconds per batch (median)")
+        ax2.set_title("compute time")
+        for ax in (ax1, ax2):
+            ax.grid(alpha=0.3, which="both")
+            # Beside the panel, not over the lines: with many estimators a legend hides points.
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 
 
 def run(
-    out_dir: str | os.PathLike = "results",
+    out_dir: str | os.PathLike = SCRATCH,
     quick: bool = False,
     log: Callable[[str], Any] = print,
     n_mdps: int = 100,
@@ -564,17 +584,15 @@ def run(
     names, left_out = benchmarked()
     log(f"[credit] estimators: {', '.join(names)}")
     # Timings on a shared machine are noisy; the load at the start says how busy it was.
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    load = os.getloadavg()[0]
     t_start = time.perf_counter()
     q = measure_quality(names, n_mdps, n_groups, GROUP_SIZES, log)
     t_quality = time.perf_counter() - t_start
     t = measure_speed(names, sizes, repeats, log)
     t_total = time.perf_counter() - t_start
-    load_end = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    _plot(out / "credit.png", q, t, names, GROUP_SIZES)
     probe = [random_mdp(np.random.default_rng(s)) for s in range(n_mdps)]
     trunc = max(truncation_probability(m) for m in probe)
     horizons = [m.horizon for m in probe]
@@ -590,18 +608,13 @@ def run(
     mdp_args = {
         k: p.default for k, p in inspect.signature(random_mdp).parameters.items() if k != "rng"
     }
-    versions = ", ".join(f"{d} {version(d)}" for d in ("agentrl", "numpy", "scipy"))
+    head = header(("agentrl", "numpy", "scipy"), "python -m agentrl.bench credit", quick,
+                  f" ({load:.1f} at the start)")  # fmt: skip
     lines = [
         "# Credit estimators on synthetic MDPs",
         "",
-        f"Machine: {os.cpu_count()} CPU cores ({cpu_name()}), no GPU; "
-        f"Python {platform.python_version()}; load average {load:.1f} at the start, "
-        f"{load_end:.1f} at the end. "
-        f"Date: {datetime.date.today().isoformat()}.  ",
-        f"Versions: {versions}.  ",
-        "Reproduce: `python -m agentrl.bench credit`"
-        + (" (this was a `--quick` smoke run)." if quick else ".")
-        + f" Run time: {t_total:.0f} s ({t_quality:.0f} s quality, rest speed).",
+        *head[:-1],
+        head[-1] + f" Run time: {t_total:.0f} s ({t_quality:.0f} s quality, rest speed).",
         "",
         f"Estimators (every registered one, default config): {', '.join(names)}."
         + (
@@ -680,26 +693,10 @@ def run(
         "|---:|---:|---:|---:|---:|",
         *data_rows,
         "",
-        "## Pearson r with the true advantage",
-        "",
-        _quality_table(q, names, GROUP_SIZES, "pearson"),
-        "",
-        "## Spearman ρ with the true advantage",
-        "",
-        _quality_table(q, names, GROUP_SIZES, "spearman"),
-        "",
-        "## Relative MSE after the best scale fit (1 = predicting 0)",
-        "",
-        _quality_table(q, names, GROUP_SIZES, "rel_mse_scaled"),
-        "",
-        "## MSE after the best scale fit",
-        "",
-        _quality_table(q, names, GROUP_SIZES, "mse_scaled"),
-        "",
-        "## Raw MSE (unscaled)",
-        "",
-        _quality_table(q, names, GROUP_SIZES, "mse"),
-        "",
+    ]
+    for metric, title in QUALITY_SECTIONS:
+        lines += [f"## {title}", "", _quality_table(q, names, GROUP_SIZES, metric), ""]
+    lines += [
         "## Compute time per batch",
         "",
         f"Median over {', '.join(map(str, repeats))} rounds at the sizes (one MDP, G = "
@@ -735,19 +732,14 @@ def run(
     if errors:
         lines += ["", "## Errors", ""] + [f"- {k}: {v}" for k, v in errors.items()]
     lines += ["", "![credit](credit.png)", ""]
-    path = out / "credit.md"
-    path.write_text("\n".join(lines))
+    path = write_markdown(out / "credit.md", "\n".join(lines))
+    replot(out)  # the plot shows what the report says
     log(f"[credit] wrote {path} and {out / 'credit.png'} in {t_total:.0f} s")
     return q, t
 
 
 # --- --check ---
 
-CHECK_METRICS: tuple[tuple[str, str], ...] = (
-    ("pearson", "Pearson r with the true advantage"),
-    ("spearman", "Spearman ρ with the true advantage"),
-)
-"""The accuracy figures ``--check`` compares (metric, section of the report)."""
 SPEED_SECTION = "Compute time per batch"
 REFERENCE = "grpo"
 """Times are compared relative to this estimator's in the same run (cheap and simple, so its
@@ -760,32 +752,48 @@ def _row_name(cell: str) -> str:
     return cell.replace("*", "").split(" (", 1)[0].strip()
 
 
-def committed_quality(text: str, section: str) -> dict[tuple[str, int], float | None]:
-    """(estimator, G) → the mean in the table under ``## section`` of a credit report."""
+def _quality_stats(text: str, section: str) -> dict[tuple[str, int], tuple[float, float] | None]:
+    """(estimator, G) → (mean, sd) of the table under ``## section`` of a credit report (None
+    for a cell without a number: an error or n/a)."""
     (table,) = tables_in(text, section)[:1]
-    out: dict[tuple[str, int], float | None] = {}
-    for header in table.headers[1:]:
-        g = int(header.removeprefix("G = "))
-        col = table.column(header)
+    out = {}
+    for header_cell in table.headers[1:]:
+        g, col = int(header_cell.removeprefix("G = ")), table.column(header_cell)
         for row in table.rows:
-            out[(_row_name(row[0]), g)] = parse_number(row[col]) if col < len(row) else None
+            m = re.match(r"\s*(-?[\d.]+)(?: ± ([\d.]+))?", row[col] if col < len(row) else "")
+            out[(_row_name(row[0]), g)] = (float(m[1]), float(m[2] or 0.0)) if m else None
     return out
 
 
-def committed_times(text: str) -> tuple[int, dict[str, float | None]]:
-    """The largest timed batch of a credit report: its step count and name → seconds (the
-    estimator's total, scoring included; ``"graph build"`` for the shared graph)."""
+def committed_quality(text: str, section: str) -> dict[tuple[str, int], float | None]:
+    """(estimator, G) → the mean in the table under ``## section`` of a credit report."""
+    return {k: v[0] if v else None for k, v in _quality_stats(text, section).items()}
+
+
+def _speed_columns(text: str) -> tuple[list[int], dict[str, list[float | None]], set[str]]:
+    """The timing tables of a credit report: the batch sizes, name → seconds at each (the
+    estimator's total, scoring included; :data:`GRAPH_ROW` for the shared graph), and the names
+    whose times include scoring."""
     tables = tables_in(text, SPEED_SECTION)
-    sizes = [h for h in tables[0].headers if h.endswith(" steps")]
-    if not sizes:
+    columns = [h for h in tables[0].headers if h.endswith(" steps")]
+    if not columns:
         raise CheckError(f"no '<N> steps' column under '## {SPEED_SECTION}'")
-    biggest = max(sizes, key=lambda h: int(h.split()[0].replace(",", "")))
-    times: dict[str, float | None] = {}
-    for table in tables:
-        col = table.column(biggest)
-        for row in table.rows:
-            times[_row_name(row[0])] = parse_number(row[col]) if col < len(row) else None
-    return int(biggest.split()[0].replace(",", "")), times
+    times: dict[str, list[float | None]] = {}
+    scored: set[str] = set()
+    for tab in tables:
+        for row in tab.rows:
+            cells = [row[tab.column(h)] if tab.column(h) < len(row) else "" for h in columns]
+            times[_row_name(row[0])] = [parse_number(c) for c in cells]
+            if any("(scoring" in c for c in cells):
+                scored.add(_row_name(row[0]))
+    return [int(h.split()[0].replace(",", "")) for h in columns], times, scored
+
+
+def committed_times(text: str) -> tuple[int, dict[str, float | None]]:
+    """The largest timed batch of a credit report: its step count and name → seconds."""
+    sizes, times, _ = _speed_columns(text)
+    k = int(np.argmax(sizes))
+    return sizes[k], {name: values[k] for name, values in times.items()}
 
 
 def check(
@@ -799,42 +807,42 @@ def check(
     Accuracy: the Pearson and Spearman tables are recomputed at the committed report's size
     (its number of MDPs and groups; seeded, so the numbers are deterministic). Speed:
     :func:`measure_speed` at the largest size only (the same seeded batch of ≈ 1M steps,
-    ``repeats`` rounds of the graph build and every estimator); each time is compared as a
-    ratio to GRPO's (measured: the median over rounds of the ratio within a round; committed:
-    the ratio of the committed medians), which cancels the machine's speed and much of its
-    load. When a ratio is beyond ``tolerance`` the timing is repeated once and each ratio keeps
-    the better of its two measurements, so one busy moment does not fail the check while a
-    real slowdown still does.
+    ``repeats`` rounds); each time is compared as a ratio to GRPO's (measured: the median over
+    rounds of the ratio within a round; committed: the ratio of the committed medians), which
+    cancels the machine's speed and much of its load; a ratio beyond ``tolerance`` is measured
+    again (:func:`~agentrl.bench._check.confirmed`).
 
-    Returns:
-        The :class:`~agentrl.bench._check.Figure` list; a registered estimator missing from the
-        committed tables is a failing figure (the report is stale).
+    Only the estimators the committed report holds (its Pearson table's rows) are measured: one
+    registered here without a row there (a plugin, or one added since the report) is a skipped
+    figure, and one the report holds that is no longer registered is skipped too. A held
+    estimator whose figure is missing from one of the committed tables fails.
     """
-    path = Path(results_dir) / "credit.md"
-    if not path.exists():
-        raise CheckError(f"{path} does not exist: run `python -m agentrl.bench credit` first")
-    text = path.read_text()
-    if "this was a `--quick` smoke run" in text:
-        raise CheckError(f"{path} is a --quick smoke run; regenerate it with the full benchmark")
+    path, text = committed_report(results_dir, "credit.md", "credit")
     setup = re.search(r"Quality: (\d+) MDPs.*? with (\d+) groups of G rollouts", text)
     if setup is None:
         raise CheckError(f"{path}: no 'Quality: <n> MDPs ... <n> groups of G rollouts' line")
     n_mdps, n_groups = int(setup.group(1)), int(setup.group(2))
-    names, left_out = benchmarked()
+    registered, left_out = benchmarked()
     for name in left_out:
         log(f"[credit --check] {name} is left out (it needs a learned critic)")
-    figures: list[Figure] = []
+    held = {n for n, _ in committed_quality(text, CHECK_METRICS[0][1])}
+    names = [n for n in registered if n in held]
+    not_held = [n for n in registered if n not in held]
+    if not_held:
+        log(
+            f"[credit --check] skipped, registered here but without a row in {path}: "
+            f"{', '.join(not_held)}"
+        )
+    why = f"registered here, but {path} has no row for it; not measured"
+    figures = [Figure(f"credit: {name}", None, None, True, skip=why) for name in not_held]
 
     t0 = time.perf_counter()
     q = measure_quality(names, n_mdps, n_groups, GROUP_SIZES, log)
-    log(
-        f"[credit --check] quality ({n_mdps} MDPs × {n_groups} groups): "
-        f"{time.perf_counter() - t0:.0f} s"
-    )
+    took = time.perf_counter() - t0
+    log(f"[credit --check] quality ({n_mdps} MDPs × {n_groups} groups): {took:.0f} s")
     for metric, section in CHECK_METRICS:
         committed = committed_quality(text, section)
-        k = METRICS.index(metric)
-        label = section.split(" with ")[0]
+        k, label = METRICS.index(metric), section.split(" with ")[0]
         for name in sorted(set(names) | {n for n, _ in committed}):
             for g in GROUP_SIZES:
                 fig = f"credit: {label} of {name} at G = {g}"
@@ -850,9 +858,8 @@ def check(
     if abs(size - SIZES[-1]) > 0.05 * SIZES[-1]:
         raise CheckError(f"{path} timed {size:,} steps at most, not about {SIZES[-1]:,}")
     ref = times.get(REFERENCE)
-    if not ref:
+    if not ref or REFERENCE not in names:
         raise CheckError(f"{path} has no {REFERENCE} time at {size:,} steps to compare against")
-    rows = [GRAPH_ROW, *(n for n in names if n != REFERENCE)]
 
     def speed_figures() -> list[Figure]:
         t0 = time.perf_counter()
@@ -865,7 +872,7 @@ def check(
             log(f"[credit --check] {name} failed: {msg}")
         calls = timing.calls_s[0]
         out = []
-        for name in rows:
+        for name in [GRAPH_ROW, *(n for n in names if n != REFERENCE)]:
             c, m = times.get(name), None
             if name not in timing.errors and len(calls[name]) == len(calls[REFERENCE]) > 0:
                 # Per round, then the median: the two calls of a round saw the same load.
@@ -874,11 +881,4 @@ def check(
             out.append(Figure(fig, c / ref if c is not None else None, m, False, unit="×"))
         return out
 
-    speed = speed_figures()
-    if any(f.verdict(tolerance) == "fail" and f.committed is not None for f in speed):
-        # One busy moment can slow one estimator's calls; a real regression shows twice.
-        log("[credit --check] a time ratio is beyond the tolerance: measuring again to confirm")
-        again = speed_figures()
-        speed = [min(a, b, key=lambda f: f.regression()) for a, b in zip(speed, again)]
-    figures += speed
-    return figures
+    return figures + confirmed(speed_figures, tolerance, log, "credit --check")

@@ -7,9 +7,11 @@ number, and 6x6 with 1 box, agentrl's default) it times ``reset`` (one fresh lev
 ``step`` with random valid moves on the bare environment class (no gymnasium wrappers), for
 :class:`agentrl.envs.sokoban.SokobanEnv` and, when it imports, gym-sokoban 0.0.6's
 ``SokobanEnv`` in the same process. It also solves a sample of levels from both with the BFS
-solver to compare how hard the levels are. Results go to ``results/env_speed.md`` under a
-``## Sokoban`` section; :func:`~agentrl.bench._report.update_markdown_section` keeps other
-environments' sections.
+solver to compare how hard the levels are. Results go to ``<out>/env_speed.md`` (``bench-out/``
+unless ``--update``) under a ``## Sokoban`` section;
+:func:`~agentrl.bench._report.update_markdown_section` keeps other environments' sections.
+Without gym-sokoban its rows are copied from the committed report, marked as from that run
+(:func:`sokoban_section`), never dropped.
 
 Reproduce with ``python -m agentrl.bench env-speed`` (``--quick`` for a smoke run). gym-sokoban
 needs ``pip install "setuptools<81" gym==0.26.2 gym-sokoban==0.0.6``.
@@ -29,7 +31,16 @@ from typing import Any
 
 import numpy as np
 
-from agentrl.bench._report import header, write_env_speed_section
+from agentrl.bench._check import parse_number
+from agentrl.bench._report import (
+    SCRATCH,
+    committed_section,
+    header,
+    kept_note,
+    mark_kept,
+    table_rows,
+    write_env_speed_section,
+)
 
 SETTINGS: tuple[tuple[tuple[int, int], int], ...] = (((7, 7), 2), ((6, 6), 1))
 SECTION = "Sokoban"
@@ -44,11 +55,12 @@ class Timing:
     steps_per_s: float
     opt_len: np.ndarray  # optimal solution lengths (moves) of a sample of levels
 
-    def row(self, ref: Timing | None) -> str:
-        """A markdown table row; speed-ups are against ``ref`` (gym-sokoban), if measured."""
+    def row(self, ref: tuple[float, float] | None, mark: str = "") -> str:
+        """A markdown table row; speed-ups are against ``ref`` (gym-sokoban's mean seconds per
+        level and steps/s), if known, followed by ``mark``."""
         r = self.reset_s
         speedup = (
-            f"{ref.reset_s.mean() / r.mean():,.0f}x / {self.steps_per_s / ref.steps_per_s:,.0f}x"
+            f"{ref[0] / r.mean():,.0f}x / {self.steps_per_s / ref[1]:,.0f}x{mark}"
             if ref is not None
             else "-"
         )
@@ -150,63 +162,67 @@ def _import_gym_sokoban() -> str | None:
     return None
 
 
-def run(
-    out_dir: str | os.PathLike = "results",
-    n_levels: int = 1000,
-    n_steps: int = 20_000,
-    n_ref_levels: int = 200,
-    n_ref_steps: int = 1000,
-    n_solve: int = 100,
-    quick: bool = False,
-    log: Callable[[str], Any] = print,
-) -> dict[str, dict[str, Timing]]:
-    """Run the benchmark, write ``<out_dir>/env_speed.md`` and return the timings.
+GYM = "gym-sokoban 0.0.6"
+"""The peer's name in the report's rows (``<room> gym-sokoban 0.0.6``)."""
 
-    Args:
-        out_dir: folder of the markdown report.
-        n_levels, n_steps: levels generated and steps taken with agentrl's env per setting.
-        n_ref_levels, n_ref_steps: the same for gym-sokoban (about 40 ms a level).
-        n_solve: levels per implementation solved optimally to compare difficulty.
-        quick: a smoke run with a few levels and steps.
-        log: where progress lines go.
 
-    Returns:
-        ``{"7x7/2": {"ours": Timing, "ours (all boxes off)": ..., "gym-sokoban": ...}, ...}``.
-    """
-    if quick:
-        n_levels, n_steps, n_ref_levels, n_ref_steps, n_solve = 50, 2000, 5, 100, 10
-    gym_error = _import_gym_sokoban()
-    results: dict[str, dict[str, Timing]] = {}
+def committed_gym_rows(body: str | None) -> dict[str, tuple[str, float, float]]:
+    """The gym-sokoban rows of a committed env-speed report's Sokoban section (its ``body``),
+    by room (``"7x7/2"``): (the row's markdown line, mean seconds per level, steps/s)."""
+    rows: dict[str, tuple[str, float, float]] = {}
+    for line, cells in table_rows(body or ""):
+        if len(cells) < 7 or " gym-sokoban" not in cells[0]:
+            continue
+        mean_ms, steps = parse_number(cells[2]), parse_number(cells[6])
+        if mean_ms is not None and steps:
+            rows[cells[0].split(" ", 1)[0]] = (line, mean_ms / 1e3, steps)
+    return rows
+
+
+def sokoban_section(
+    results: dict[str, dict[str, Timing]],
+    gym_error: str | None,
+    n_solve: int,
+    quick: bool,
+    committed: str | os.PathLike | None = None,
+) -> str:
+    """The body of the ``## Sokoban`` section. When gym-sokoban was not measured here
+    (``gym_error`` says why), its rows are copied from the committed report (``committed``
+    folder, default :func:`~agentrl.bench._report.committed_dir`), marked as from that run, and
+    the speed-ups are computed against them (marked †); without committed rows the section says
+    that no comparison is shown."""
+    kept: dict[str, tuple[str, float, float]] = {}
+    note, date = "", None
+    if gym_error is not None:
+        body, date = committed_section("env_speed.md", SECTION, committed)
+        kept, note = committed_gym_rows(body), kept_note("gym-sokoban", date)
     lines = []
-    for dim_room, num_boxes in SETTINGS:
-        key = f"{dim_room[0]}x{dim_room[1]}/{num_boxes}"
-        row: dict[str, Timing] = {}
-        log(f"[env-speed] {key}: agentrl")
-        row["agentrl"] = _ours(dim_room, num_boxes, n_levels, n_steps, n_solve)
-        if num_boxes > 1:
-            row[f"agentrl, min_boxes_off_target={num_boxes}"] = _ours(
-                dim_room, num_boxes, n_levels, n_steps, n_solve, min_boxes_off_target=num_boxes
-            )
-        if gym_error is None:
-            log(f"[env-speed] {key}: gym-sokoban 0.0.6")
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                row["gym-sokoban 0.0.6"] = _gym_sokoban(
-                    dim_room, num_boxes, n_ref_levels, n_ref_steps, n_solve
-                )
-        results[key] = row
-        ref = row.get("gym-sokoban 0.0.6")
+    for key, row in results.items():
+        measured = row.get(GYM)
+        ref = (float(measured.reset_s.mean()), measured.steps_per_s) if measured else None
+        mark = ""
+        if ref is None and key in kept:
+            ref, mark = kept[key][1:], " †"
         for name, timing in row.items():
             timing.name = f"{key} {name}"
-            lines.append(timing.row(ref))
-            log("  " + lines[-1])
-
-    gym_note = (
-        "gym-sokoban ran in the same process on the same machine."
-        if gym_error is None
-        else f"gym-sokoban was not measured ({gym_error})."
-    )
-    body = "\n".join(
+            lines.append(timing.row(ref, mark))
+        if measured is None and key in kept:
+            lines.append(mark_kept(kept[key][0], note))
+    if gym_error is None:
+        gym_note = "gym-sokoban ran in the same process on the same machine."
+    elif kept:
+        gym_note = (
+            f"gym-sokoban is not installed here ({gym_error}): its rows are copied from the "
+            f"committed run of {date or 'an unknown date'} (`results/env_speed.md`), not "
+            "re-measured, and the speed-ups marked † compare this run with that one (another "
+            "process, perhaps another machine and load)."
+        )
+    else:
+        gym_note = (
+            f"gym-sokoban was not measured ({gym_error}) and the committed report has no "
+            "gym-sokoban rows to keep: no comparison is shown."
+        )
+    return "\n".join(
         [
             *header(
                 ("agentrl", "numpy", "gymnasium", "gym", "gym-sokoban"),
@@ -227,6 +243,53 @@ def run(
             *lines,
         ]
     )
+
+
+def run(
+    out_dir: str | os.PathLike = SCRATCH,
+    n_levels: int = 1000,
+    n_steps: int = 20_000,
+    n_ref_levels: int = 200,
+    n_ref_steps: int = 1000,
+    n_solve: int = 100,
+    quick: bool = False,
+    log: Callable[[str], Any] = print,
+) -> dict[str, dict[str, Timing]]:
+    """Run the benchmark, write ``<out_dir>/env_speed.md`` and return the timings.
+
+    Args:
+        out_dir: folder of the markdown report.
+        n_levels, n_steps: levels generated and steps taken with agentrl's env per setting.
+        n_ref_levels, n_ref_steps: the same for gym-sokoban (much slower per level).
+        n_solve: levels per implementation solved optimally to compare difficulty.
+        quick: a smoke run with a few levels and steps.
+        log: where progress lines go.
+
+    Returns:
+        ``{"7x7/2": {"ours": Timing, "ours (all boxes off)": ..., "gym-sokoban": ...}, ...}``.
+    """
+    if quick:
+        n_levels, n_steps, n_ref_levels, n_ref_steps, n_solve = 50, 2000, 5, 100, 10
+    gym_error = _import_gym_sokoban()
+    results: dict[str, dict[str, Timing]] = {}
+    for dim_room, num_boxes in SETTINGS:
+        key = f"{dim_room[0]}x{dim_room[1]}/{num_boxes}"
+        row: dict[str, Timing] = {}
+        log(f"[env-speed] {key}: agentrl")
+        row["agentrl"] = _ours(dim_room, num_boxes, n_levels, n_steps, n_solve)
+        if num_boxes > 1:
+            row[f"agentrl, min_boxes_off_target={num_boxes}"] = _ours(
+                dim_room, num_boxes, n_levels, n_steps, n_solve, min_boxes_off_target=num_boxes
+            )
+        if gym_error is None:
+            log(f"[env-speed] {key}: {GYM}")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                row[GYM] = _gym_sokoban(dim_room, num_boxes, n_ref_levels, n_ref_steps, n_solve)
+        results[key] = row
+    if gym_error is not None:
+        log(f"[env-speed] gym-sokoban not installed ({gym_error}): keeping the committed rows")
+    body = sokoban_section(results, gym_error, n_solve, quick)
     path = write_env_speed_section(out_dir, SECTION, body)
     log(f"[env-speed] wrote {path}")
     from agentrl.bench import env_speed_alfworld

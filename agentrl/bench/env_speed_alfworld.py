@@ -11,21 +11,28 @@ Both engines play the same generated games in the same process. Per engine it me
 - steps/s of the whole environment (``ALFWorldEnv.step`` on the fast engine, the same games and
   commands: action matching, anchor and info included).
 
-Writes the ``## ALFWorld`` section of ``results/env_speed.md``; run as part of
-``python -m agentrl.bench env-speed``.
+Writes the ``## ALFWorld`` section of ``<out>/env_speed.md``; run as part of
+``python -m agentrl.bench env-speed``. Without the alfworld extra the committed section is
+copied over, marked as from the committed run (:func:`keep_alfworld_section`).
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from agentrl.bench._report import header, write_env_speed_section
+from agentrl.bench._report import (
+    ENV_SPEED_PREAMBLE,
+    SCRATCH,
+    cache_dir,
+    header,
+    keep_committed_section,
+    write_env_speed_section,
+)
 
 SECTION = "ALFWorld"
 
@@ -97,25 +104,42 @@ def _env_steps_per_s(commands: list[tuple[str, str]]) -> float:
     return steps / total
 
 
+def keep_alfworld_section(
+    out_dir: str | os.PathLike, reason: str, committed: str | os.PathLike | None = None
+) -> str | None:
+    """Without the alfworld extra neither engine runs here: the committed report's ALFWorld
+    section is copied into ``<out_dir>/env_speed.md``, marked as from that run (returns the
+    note; None when the committed report has no such section)."""
+    return keep_committed_section(
+        out_dir,
+        "env_speed.md",
+        SECTION,
+        "alfworld (the stock engine)",
+        reason,
+        committed,
+        ENV_SPEED_PREAMBLE,
+    )
+
+
 def run(
-    out_dir: str | os.PathLike = "results",
+    out_dir: str | os.PathLike = SCRATCH,
     n_games: int = 12,
     n_steps: int = 600,
     quick: bool = False,
     log: Callable[[str], Any] = print,
 ) -> dict[str, Any]:
-
+    """Measure both engines and write the ``## ALFWorld`` section of ``<out_dir>/env_speed.md``
+    (``n_games`` generated games, about ``n_steps`` steps per engine)."""
     try:
         from agentrl.envs.alfworld import data
         from agentrl.envs.alfworld.engine import FastEngine, StockEngine
     except ImportError as exc:  # pragma: no cover - optional extra
-        log(f"[env-speed] ALFWorld skipped: {exc}")
+        kept = keep_alfworld_section(out_dir, f"{type(exc).__name__}: {exc}")
+        log(f"[env-speed] ALFWorld not measured ({exc}); " + (kept or "no committed section"))
         return {}
     if quick:
         n_games, n_steps = 3, 60
-    cache = os.environ.get("AGENTRL_BENCH_CACHE") or os.path.join(
-        tempfile.gettempdir(), "agentrl-bench-alfworld"
-    )
+    cache = cache_dir("alfworld")
     log(f"[env-speed] ALFWorld: {n_games} generated games (cache {cache})")
     t0 = time.perf_counter()
     games = data.generated_games(cache, "train", n_games, 0, (1, 2, 3, 4, 5, 6), progress=False)

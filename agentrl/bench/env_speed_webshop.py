@@ -16,14 +16,13 @@ It also plays an oracle shopper (search the instruction, page to the goal produc
 goal options, buy) on test goals: its success rate checks that the generated tasks are
 solvable with the environment's own search engine.
 
-Writes the ``## WebShop`` section of ``results/env_speed.md``.
+Writes the ``## WebShop`` section of ``<out>/env_speed.md``.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from agentrl.bench._report import header, write_env_speed_section
+from agentrl.bench._report import SCRATCH, cache_dir, header, write_env_speed_section
 
 SECTION = "WebShop"
 TARGET_MS = 2.0
@@ -110,7 +109,7 @@ def _oracle(env, n_goals: int) -> tuple[float, float]:
 
 
 def run(
-    out_dir: str | os.PathLike = "results",
+    out_dir: str | os.PathLike = SCRATCH,
     quick: bool = False,
     log: Callable[[str], Any] = print,
     sizes: tuple[int, ...] = (1000, 100_000),
@@ -139,10 +138,7 @@ def run(
 
     if quick:
         sizes, n_queries, n_steps, n_oracle = (1000, 5000), 50, 300, 50
-    cache = Path(
-        os.environ.get("AGENTRL_BENCH_CACHE")
-        or os.path.join(tempfile.gettempdir(), "agentrl-bench-webshop")
-    )
+    cache = Path(cache_dir("webshop"))
     rng = np.random.default_rng(0)
     results: dict[Any, Any] = {}
     rows = []

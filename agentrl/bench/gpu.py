@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from agentrl.bench._report import header, read_metrics
+from agentrl.bench._report import SCRATCH, header, read_metrics, run_agentrl, write_markdown
 
 ARCH = {
     "model.arch": "qwen2",
@@ -79,20 +79,12 @@ def _stage_train(work: Path) -> tuple[bool, dict]:
         "trainer.progress=false",
     ]
     out = work / "train"
-    cmd = [sys.executable, "-m", "agentrl.run", *overrides, f"trainer.out_dir={out}"]
-    t0 = time.perf_counter()
     try:
-        proc = subprocess.run(
-            [*cmd, f"hydra.run.dir={out}/hydra"],
-            capture_output=True,
-            text=True,
-            timeout=TRAIN_TIMEOUT_S,
-        )
+        wall = run_agentrl(overrides, out, timeout=TRAIN_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return False, {"error": f"timed out after {TRAIN_TIMEOUT_S} s"}
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        return False, {"error": proc.stderr[-1500:]}
+    except RuntimeError as exc:
+        return False, {"error": str(exc)[-1500:]}
     rows = read_metrics(out)
     last = rows[-1]
     return True, {
@@ -111,6 +103,7 @@ def _stage_learner() -> dict:
 
     from agentrl.learn.learner import Learner, LearnerConfig, Sample
     from agentrl.learn.model import ModelConfig, build_tiny_model, build_tokenizer
+    from agentrl.model import banned_token_ids
 
     cfg = ModelConfig(**{k.removeprefix("model."): v for k, v in ARCH.items()})
     tok = build_tokenizer(["push the box up down left right # _ O X P"] * 50, cfg.vocab_size)
@@ -130,7 +123,12 @@ def _stage_learner() -> dict:
         for k in range(64)
     ]
     tokens = sum(len(s.prompt_ids) + len(s.response_ids) for s in samples)
-    learner = Learner(model, LearnerConfig(lr=1e-6, micro_batch_tokens=16384), tok.pad_token_id)
+    learner = Learner(
+        model,
+        LearnerConfig(lr=1e-6, micro_batch_tokens=16384),
+        tok.pad_token_id,
+        banned_ids=banned_token_ids(tok),
+    )
     learner.update(samples, rng)  # warm-up (allocator, kernels)
     torch.cuda.synchronize()
     times = []
@@ -155,7 +153,7 @@ def _stage_learner() -> dict:
     }
 
 
-def run(out_dir: str = "results", quick: bool = False) -> Path:
+def run(out_dir: str = SCRATCH, quick: bool = False) -> Path:
     if not torch.cuda.is_available():
         raise SystemExit(
             "python -m agentrl.bench gpu: no CUDA device (torch.cuda.is_available() is False, "
@@ -175,9 +173,10 @@ def run(out_dir: str = "results", quick: bool = False) -> Path:
         learn, ok_learn = {"error": f"{type(exc).__name__}: {exc}"}, False
     print(f"3. learner: {'ok' if ok_learn else 'FAILED'}", flush=True)
 
-    name = torch.cuda.get_device_name()
-    head = header(("torch", "transformers", "vllm"), "python -m agentrl.bench gpu", quick)
-    head[0] = head[0].replace("no GPU", f"GPU: {name}")
+    device = f"GPU: {torch.cuda.get_device_name()}"
+    head = header(
+        ("torch", "transformers", "vllm"), "python -m agentrl.bench gpu", quick, "", device
+    )
     lines = ["# GPU check", "", *head, f"Total wall time: {time.perf_counter() - t_all:.0f} s.", ""]
     lines += ["## 1. vLLM and GPU tests on CUDA", "", f"{'passed' if ok_tests else 'FAILED'}: "]
     lines[-1] += f"`{tests}`"
@@ -206,9 +205,7 @@ def run(out_dir: str = "results", quick: bool = False) -> Path:
         )
     else:
         lines.append(f"FAILED: {learn['error']}")
-    path = out / "gpu.md"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n")
+    path = write_markdown(out / "gpu.md", "\n".join(lines) + "\n")
     print(f"wrote {path}")
     if not (ok_tests and ok_train and ok_learn):
         raise SystemExit(1)

@@ -1,29 +1,17 @@
 """Learner speed benchmark: tokens/s of one GRPO iteration, agentrl vs TRL's ``GRPOTrainer``.
 
-One iteration = sample ``B × G`` completions of exactly ``C`` tokens for ``B`` prompts of exactly
-``P`` tokens, score them with a trivial reward, compute group-normalised advantages and take one
-clipped-surrogate optimiser step on all ``B·G`` sequences. Both sides use the same tiny model
-(one initial set of weights, deep-copied), the same tokenizer, prompts, sampling (temperature 1,
-top-k/top-p off as configured — see the report for a top-k caveat on agentrl's side — EOS and
-pad suppressed so every completion has ``C`` tokens), learning rate, AdamW, gradient clip 1.0,
-no KL term, one epoch and one mini-batch with token-mean loss (TRL's
-``loss_type="dapo"``, which with one process and no gradient accumulation divides by the batch's
-completion tokens, as agentrl's ``token-mean`` does).
-
+One iteration samples ``B × G`` completions of exactly ``C`` tokens for ``B`` prompts of exactly
+``P`` tokens, scores them with a trivial reward, computes group-normalised advantages and takes
+one clipped-surrogate step on all ``B·G`` sequences; both sides start from the same tiny model
+and use the same prompts, sampling and update (the report's Settings section lists them).
 agentrl's iteration is :meth:`HFBackend.generate` + :func:`grpo_traj_advantage` +
-:meth:`Learner.update`, with the library's defaults otherwise. TRL's is one optimiser step of
-``GRPOTrainer.train()`` (transformers generation, ``use_vllm=False``). The two are interleaved in
-one process — a :class:`~transformers.TrainerCallback` runs one agentrl iteration after every
-TRL step — so that load changes on a shared machine hit both alike. A TRL step is timed from the
-end of the callback to the next ``on_step_end``, which includes everything the trainer does per
-step (data loading, generation, scoring, the update, its bookkeeping). The first step of each side
-is a warm-up and is excluded; the report gives medians.
+:meth:`Learner.update`; TRL's is one step of ``GRPOTrainer.train()``. The two are interleaved in
+one process (a ``TrainerCallback`` runs one agentrl iteration after every TRL step) so that load
+changes on a shared machine hit both alike; the first step of each side is a warm-up.
 
-Tokens/s = ``B·G·(P + C)`` / seconds per iteration. Reproduce with
-``python -m agentrl.bench learner-speed`` (``--quick`` for a smoke run). TRL is optional
-(``pip install trl``); without it only agentrl is measured and the report says why.
-``learner-speed --check`` (:func:`check`) re-measures the settings with fewer iterations and
-compares the agentrl / TRL ratios with the committed report (skipped, and said so, without TRL).
+``python -m agentrl.bench learner-speed`` writes ``<out>/learner_speed.md``. TRL is optional:
+without it TRL's rows are copied from the committed report, marked (:func:`write_report`), and
+``--update`` refuses to run. ``--check`` (:func:`check`) compares the agentrl / TRL ratios.
 """
 
 from __future__ import annotations
@@ -31,11 +19,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import cProfile
-import datetime
 import io
 import logging
 import os
-import platform
 import pstats
 import re
 import statistics
@@ -52,10 +38,31 @@ import torch
 
 from agentrl.algos.grpo import GRPOConfig as AdvantageConfig
 from agentrl.algos.grpo import grpo_traj_advantage
-from agentrl.bench._check import TOLERANCE, CheckError, Figure, parse_number, tables_in
-from agentrl.bench._report import cpu_name, version
+from agentrl.bench._check import (
+    TOLERANCE,
+    Figure,
+    committed_report,
+    confirmed,
+    parse_number,
+    tables_in,
+)
+from agentrl.bench._report import (
+    KEPT,
+    SCRATCH,
+    header,
+    is_committed,
+    kept_note,
+    mark_kept,
+    notes,
+    read_committed,
+    run_date,
+    section_text,
+    table_rows,
+    write_markdown,
+)
 from agentrl.learn.learner import Learner, LearnerConfig, Sample
 from agentrl.learn.model import ModelConfig, build_tiny_model, build_tokenizer
+from agentrl.model import banned_token_ids
 from agentrl.rollout import HFBackend, Sampling, encode_prompt
 
 TARGET = 1.5
@@ -195,6 +202,7 @@ class AgentrlIteration:
             pad_id=tok.pad_token_id,
             temperature=1.0,
             max_response_tokens=setting.completion_tokens,
+            banned_ids=banned_token_ids(tok),
         )
         self.sampling = Sampling(max_new_tokens=setting.completion_tokens, temperature=1.0)
         # HFBackend's GenerationConfig leaves min_new_tokens unset, so generate() takes it from
@@ -430,7 +438,7 @@ def _ms(seconds: float) -> str:
 def _rows(r: Result) -> list[str]:
     s, med = r.setting, Timings.median
     rows = []
-    sides = [("agentrl", r.agentrl)] + ([("TRL GRPOTrainer", r.trl)] if r.trl else [])
+    sides = [("agentrl", r.agentrl)] + ([(TRL_ROW, r.trl)] if r.trl else [])
     for name, t in sides:
         tot, gen, upd = med(t.total), med(t.generate), med(t.update)
         rows.append(
@@ -456,6 +464,33 @@ def pair_ratios(r: Result) -> list[float]:
     return [t / a for a, t in zip(r.agentrl.total, r.trl.total)]
 
 
+TRL_ROW = "TRL GRPOTrainer"
+NOTES = "learner_speed_notes.md"
+"""The committed readings of the measurements (why one thread; where the difference comes
+from), included in the report."""
+"""The implementation cell of TRL's rows in the Results table."""
+
+
+def committed_trl(
+    text: str | None, names: Sequence[str]
+) -> tuple[dict[str, str], list[str], str | None]:
+    """From a committed learner-speed report, for the settings ``names``: TRL's Results rows
+    (setting name → the row's markdown line), the agentrl / TRL ratio lines, and the date of
+    that run."""
+    body = (section_text(text, "Results") or "") if text else ""
+    rows = {
+        cells[0]: line
+        for line, cells in table_rows(body)
+        if len(cells) > 1 and cells[0] in names and cells[1].startswith(TRL_ROW)
+    }
+    ratios = [
+        line
+        for line in body.splitlines()
+        if any(line.startswith(f"- {n}: agentrl / TRL tokens/s") for n in names)
+    ]
+    return rows, ratios, run_date(text or "")
+
+
 def write_report(
     path: Path,
     results: Sequence[Result],
@@ -465,23 +500,35 @@ def write_report(
     repeats: int,
     lr: float,
     threads: int,
+    committed: str | os.PathLike | None = None,
 ) -> None:
-    today = datetime.date.today().isoformat()
-    versions = ", ".join(
-        f"{d} {version(d)}" for d in ("agentrl", "torch", "transformers", "trl", "accelerate")
-    )
+    """Write the report. Without TRL (``trl_error`` says why) its rows and the agentrl / TRL
+    ratios of the same settings are copied from the committed report (``committed`` folder,
+    default :func:`~agentrl.bench._report.committed_dir`), marked as from that run; they are
+    never silently dropped."""
+    kept_rows: dict[str, str] = {}
+    kept_ratios: list[str] = []
+    note, date = "", None
+    if trl_error is not None:
+        kept_rows, kept_ratios, date = committed_trl(
+            read_committed("learner_speed.md", committed), [r.setting.name for r in results]
+        )
+        note = kept_note("TRL", date)
     la = " → ".join("/".join(f"{x:.2f}" for x in load) for load in loads)
+    device = f"GPU {torch.cuda.get_device_name()}" if torch.cuda.is_available() else "no GPU"
+    head = header(
+        ("agentrl", "torch", "transformers", "trl", "accelerate"),
+        "python -m agentrl.bench learner-speed",
+        quick,
+        f"; torch threads {threads}",
+        device,
+    )
     lines = [
         "# Learner speed: one GRPO iteration, agentrl vs TRL",
         "",
-        f"Machine: {os.cpu_count()} CPU cores ({cpu_name()}), "
-        f"{'GPU ' + torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU'}; "
-        f"Python {platform.python_version()}; torch threads {threads}. "
-        f"Date: {today}.  ",
-        f"Versions: {versions}.  ",
+        *head[:2],
         f"Load average (1/5/15 min) before → after the measurement: {la}.  ",
-        "Reproduce: `python -m agentrl.bench learner-speed`"
-        + (" (this was a `--quick` smoke run)." if quick else "."),
+        head[2],
         "",
         "## Settings",
         "",
@@ -511,12 +558,8 @@ def write_report(
         'completion tokens), `scale_rewards = "group"`, `use_vllm = False`, `bf16 = fp16 = '
         'False`, `gradient_checkpointing = False`, `optim = "adamw_torch"`, '
         '`lr_scheduler_type = "constant"`, logging/saving off, `report_to = "none"`.',
-        f"- Threads: `torch.set_num_threads({threads})` for both sides. One thread is the "
-        "default because on a small shared machine two intra-op threads are at the mercy of "
-        "any other busy process (OpenMP threads wait for each other at every op): on the "
-        "2-core machine this benchmark was written on, with one other process busy, two "
-        "threads made a small iteration 17-55× slower for both sides, which measures the "
-        "contention, not the code. Pass `threads=2` to `run` on an idle machine.",
+        f"- Threads: `torch.set_num_threads({threads})` for both sides. "
+        + notes(NOTES).get("Threads", ""),
         f"- Timing: {repeats} iterations per side after one warm-up each, interleaved in one "
         "process (TRL step, agentrl iteration, TRL step, …: a callback runs agentrl's iteration "
         "at each TRL `on_step_end`). A TRL step is timed from the end of that callback to the "
@@ -536,9 +579,22 @@ def write_report(
     ]
     for r in results:
         lines.extend(_rows(r))
+        if r.setting.name in kept_rows:
+            lines.append(mark_kept(kept_rows[r.setting.name], note, cell=2))
     lines.append("")
     if trl_error is not None:
         lines.append(f"TRL was not measured ({trl_error}); install it with `pip install trl`.")
+        if kept_rows:
+            lines[-1] += (
+                " Its rows and the agentrl / TRL ratios below are copied from the committed "
+                f"run of {date or 'an unknown date'} (`results/learner_speed.md`), not "
+                "re-measured: there both sides ran "
+                "interleaved in one process, while this run's agentrl rows come from another "
+                "process, perhaps on another machine and load."
+            )
+        else:
+            lines[-1] += " The committed report has no TRL rows for these settings to keep."
+        lines += [line if KEPT in line else f"{line} ({note})" for line in kept_ratios]
     else:
         for r in results:
             q = ratio(r)
@@ -569,12 +625,12 @@ def write_report(
                 r.profile,
                 "```",
             ]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines).rstrip() + "\n")
+    write_markdown(path, "\n".join(lines).rstrip() + "\n")
 
 
 def analysis(results: Sequence[Result]) -> list[str]:
-    """Where the difference comes from: the measured splits plus what the profiles showed."""
+    """Where the difference comes from: the measured splits, then the committed notes' reading
+    of them and of the profiles (``results/learner_speed_notes.md``)."""
     med = Timings.median
     out = ["## Where the difference comes from", ""]
     for r in results:
@@ -587,35 +643,7 @@ def analysis(results: Sequence[Result]) -> list[str]:
             f"agentrl {_ms(med(a.update))} ms vs TRL {_ms(med(t.update))} ms "
             f"({med(t.update) / med(a.update):.2f}×)."
         )
-    out += [
-        "",
-        "- **Generation is at parity** (differences in the split above are within the "
-        "run-to-run noise of a shared machine). Both sides call transformers `generate` on "
-        "the same model with a dynamic KV cache and the same batch, so sampling costs the "
-        "same; agentrl "
-        "additionally keeps the per-step logits (`output_logits`) for the sampler log-probs, "
-        "which costs little.",
-        "- **The update is where agentrl wins.** agentrl projects only the last R + 1 positions "
-        "through the LM head (`logits_to_keep`). TRL 1.16 replaces the LM head by a fused, "
-        "chunked log-prob/entropy function that, on devices without Triton (CPU), scores every "
-        "position of prompt + completion, i.e. (P + C)/C times the LM-head work forward and "
-        "backward. On a CUDA GPU TRL scores only the completion positions, so this part of the "
-        "gap is CPU-specific. TRL's per-step trainer bookkeeping (metric gathering, `.item()` "
-        "calls, callbacks) is small in comparison at these sizes.",
-        "- **What dominates agentrl's iteration** (profiles below and the split above): the "
-        "transformer itself — matmuls and CPU attention in the prefill and decoding "
-        "steps of generation (plus `torch.cat` of the growing dynamic KV cache, which "
-        "grows with P), and in the forward/backward of the update. agentrl's Python "
-        "around them (packing, loss pieces, metrics) is a few percent. Micro-batching "
-        "(`micro_batch_tokens`) does not matter here: all sequences have one length.",
-        "- **Shared prompts:** agentrl's update processes each distinct prompt once per "
-        "micro-batch (`learner.share_prompts`, on by default: the G completions are packed "
-        "after their prompt under a block attention mask, which gives the same log-probs and "
-        "gradients), whereas TRL runs every prompt G times. Generation still prefills each "
-        "prompt G times on both sides; prefilling once and repeating the KV cache is the next "
-        "available speed-up.",
-    ]
-    return out
+    return [*out, "", notes(NOTES).get("Where the difference comes from", "")]
 
 
 def _measure(
@@ -651,7 +679,7 @@ def _measure(
 
 
 def run(
-    out_dir: str | os.PathLike = "results",
+    out_dir: str | os.PathLike = SCRATCH,
     quick: bool = False,
     repeats: int = 7,
     lr: float = LR,
@@ -674,6 +702,16 @@ def run(
     if quick:
         repeats = 2
     trl_error = _import_trl() if with_trl else "disabled by the caller"
+    if trl_error is not None and is_committed(out_dir):
+        # The committed report is the agentrl / TRL comparison that `--check` reads; a run
+        # without TRL would leave it without one.
+        raise SystemExit(
+            f"learner-speed: TRL is not installed here ({trl_error}), and {out_dir} holds the "
+            "committed agentrl / TRL comparison, which this run could not re-measure. Nothing "
+            "was written. Install TRL (`pip install trl`) to update it, or run without "
+            f"--update / --out {out_dir} (the report then goes to {SCRATCH}/, with TRL's "
+            "committed rows kept and marked)."
+        )
     results, loads = _measure(
         settings, repeats, lr, trl_error is None, threads, profile=not quick, log=log
     )
@@ -729,12 +767,7 @@ def check(
     ``tolerance`` the measurement is repeated once and each ratio keeps the better of its two
     values. Without TRL nothing is measured: every figure is skipped, with the reason.
     """
-    path = Path(results_dir) / "learner_speed.md"
-    if not path.exists():
-        raise CheckError(f"{path} does not exist: run `python -m agentrl.bench learner-speed`")
-    text = path.read_text()
-    if "this was a `--quick` smoke run" in text:
-        raise CheckError(f"{path} is a --quick smoke run; regenerate it with the full benchmark")
+    _, text = committed_report(results_dir, "learner_speed.md", "learner-speed")
     committed = committed_ratios(text)
     names = [(s.name, column, label) for s in SETTINGS for column, label in CHECK_COLUMNS]
 
@@ -772,10 +805,4 @@ def check(
             for n, c, lab in names
         ]
 
-    figures = measure()
-    if any(f.verdict(tolerance) == "fail" and f.committed is not None for f in figures):
-        # One busy stretch can slow one side; a real regression shows twice.
-        log("[learner-speed --check] a ratio is beyond the tolerance: measuring again to confirm")
-        again = measure()
-        figures = [min(a, b, key=lambda f: f.regression()) for a, b in zip(figures, again)]
-    return figures
+    return confirmed(measure, tolerance, log, "learner-speed --check")

@@ -1,38 +1,35 @@
 """Does training improve the agent? ``python -m agentrl.bench learning``.
 
-Trains the tiny model on small Sokoban with each credit estimator (GRPO, GiGPO, CRBC and every
-other registered one unless ``--algos`` narrows the list) on the same budget and the same seeds,
-each run in its own process via ``python -m agentrl.run``. Every run evaluates the untrained
-policy (iteration 0) and then every ``eval_every`` iterations on the same held-out seeds. The
-report compares the final evaluation success with the untrained one per estimator: mean over
-seeds with a 95% t-interval, whether those intervals are disjoint, whether the per-seed ranges
-are disjoint, and how many runs improved. It writes
-``results/learning_sokoban.md`` and ``results/learning_sokoban.png`` (success vs environment
-steps).
-
-Estimators registered with ``learner_hints`` (e.g. GAGPO's step-level ratio) run with those
-learner settings; everything else is identical across estimators. The policy objectives of
-:data:`OBJECTIVES` (``learner.loss`` and ``learner.token_weights``, each with its paper defaults
-and the credit it was designed with) run on the same budget and are reported beside them.
-
-Options (after the benchmark name): ``--algos grpo,gigpo,crbc``, ``--seeds 3``,
-``--iterations 40``, ``--jobs 1`` (runs in parallel; 1 on a 2-core machine).
+Trains the tiny model on small Sokoban with each credit estimator (every registered one without
+a rollout driver unless ``--algos`` narrows the list) and each policy objective of
+:data:`OBJECTIVES`, on the same budget and seeds, one process per run (estimators with
+``learner_hints`` run with those learner settings). The untrained policy of each seed and every
+final policy are re-evaluated on ``--reeval-episodes`` held-out episodes; the report compares
+them per method (mean over seeds with a 95% t-interval, none for one seed; disjoint intervals
+and seed ranges; runs improved) and plots the in-training evaluations against environment
+steps. Writes ``<out>/learning_sokoban.md`` and ``.png``; run folders are in
+``<out>/.learning_runs``, summaries in ``<out>/learning_sokoban_runs.jsonl``
+(:mod:`agentrl.bench.experiment`: ``--report-only``, ``--code-version``, ``--jobs``).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import platform
-import time
-from concurrent.futures import ThreadPoolExecutor
-from datetime import date
 from pathlib import Path
 
 import numpy as np
 
-from agentrl.bench._report import read_metrics, run_agentrl
+from agentrl.bench import experiment as ex
+from agentrl.bench._report import (
+    SCRATCH,
+    committed_dir,
+    figure,
+    header,
+    run_agentrl,
+    styles,
+    write_markdown,
+)
+from agentrl.bench.stats import bounds, interval_cell, t_interval
 from agentrl.credit import get_estimator, list_estimators
 
 # The budget, identical for every estimator: 8 tasks x 8 rollouts per iteration on 6x6 Sokoban
@@ -53,6 +50,10 @@ BUDGET = [
     "trainer.save_every=0",
     "trainer.progress=false",
 ]
+BATCH = 8 * 8
+STORE = "learning_sokoban_runs.jsonl"
+UNTRAINED = "untrained"
+"""The method name of a seed's untrained policy (an evaluation-only run)."""
 
 
 # Policy objectives (agentrl.learn.policy_loss), by report name: the overrides of each run. Same
@@ -88,93 +89,63 @@ def _method_args(name: str) -> list[str]:
     return [f"algo={name}", *(f"learner.{k}={v}" for k, v in get_estimator(name).learner_hints)]
 
 
-def _t_interval(x: np.ndarray) -> tuple[float, float, float]:
-    """Mean and 95% t-interval of ``x`` (n ≥ 2)."""
-    from scipy import stats
-
-    m = float(np.mean(x))
-    if len(x) < 2:
-        return m, m, m
-    half = float(stats.t.ppf(0.975, len(x) - 1) * np.std(x, ddof=1) / np.sqrt(len(x)))
-    return m, m - half, m + half
+def _eval_args(seed: int, episodes: int) -> list[str]:
+    """An evaluation-only run (``trainer.steps=0``) of ``seed``'s policy on ``episodes``
+    held-out episodes."""
+    budget = [b for b in BUDGET if not b.startswith("trainer.eval_episodes=")]
+    return [*budget, f"trainer.seed={seed}", "trainer.steps=0", "trainer.eval_every=1",
+            f"trainer.eval_episodes={episodes}"]  # fmt: skip
 
 
-def _run_one(algo: str, seed: int, iterations: int, eval_every: int, out: Path) -> dict:
-    """Train one (method, seed) in a subprocess; return its metrics rows."""
-    run_agentrl(
-        [
-            *BUDGET,
-            f"trainer.seed={seed}",
-            f"trainer.steps={iterations}",
-            f"trainer.eval_every={eval_every}",
-            *_method_args(algo),
-        ],
-        out,
-    )
-    return _load_run(algo, seed, out)
+def specs(algos: list[str], seeds: list[int], iterations: int, eval_every: int, n_re: int):
+    """The grid: every (method, seed), then each seed's untrained policy (its re-evaluation on
+    ``n_re`` episodes; the precise final one is part of a method's run)."""
+    out = []
+    for s in seeds:
+        for a in algos:
+            args = [*BUDGET, f"trainer.seed={s}", f"trainer.steps={iterations}",
+                    f"trainer.eval_every={eval_every}", *_method_args(a)]  # fmt: skip
+            key = ex.spec_key(BUDGET, _method_args(a), s, iterations, eval_every, n_re)
+            out.append(ex.Spec(a, s, tuple(args), key))
+    for s in seeds:
+        out.append(ex.Spec(UNTRAINED, s, tuple(_eval_args(s, n_re)), ex.spec_key(BUDGET, s, n_re)))
+    return out
 
 
-def _reevaluate(seed: int, episodes: int, out: Path, checkpoint: Path | None) -> float:
-    """Eval success of the untrained policy of ``seed`` (no checkpoint) or of a checkpoint on
-    ``episodes`` held-out seeds (an evaluation-only run, ``trainer.steps=0``); cached."""
-    done = out / "metrics.jsonl"
-    if not done.exists():
-        args = [
-            *(b for b in BUDGET if not b.startswith("trainer.eval_episodes=")),
-            f"trainer.seed={seed}",
-            "trainer.steps=0",
-            "trainer.eval_every=1",
-            f"trainer.eval_episodes={episodes}",
-        ]
-        if checkpoint is not None:
-            args.append(f"model.name_or_path={checkpoint}")
-        run_agentrl(args, out)
-    return float(json.loads(done.read_text().splitlines()[0])["eval/success"])
+def _train(spec: ex.Spec, out: Path) -> None:
+    run_agentrl(list(spec.args), out)
 
 
-def _load_run(algo: str, seed: int, out: Path) -> dict:
-    """A finished run's metrics rows (and wall time) from its output directory."""
-    rows = read_metrics(out)
-    wall = out / "wall_s"
-    hints = [a for a in _method_args(algo) if a != f"algo={algo}"]
-    return {
-        "algo": algo,
-        "seed": seed,
-        "rows": rows,
-        "hints": hints,
-        "wall_s": float(wall.read_text()) if wall.exists() else float("nan"),
-    }
+def _summarise(spec: ex.Spec, out: Path, n_re: int) -> dict:
+    """A run's summary (:func:`agentrl.bench.experiment.summarise`) with its final policy's
+    success on ``n_re`` held-out episodes (``final_precise``: an evaluation-only run of the last
+    checkpoint, into ``<out>/eval<n_re>``); an untrained policy's is its ``y``."""
+    if spec.method == UNTRAINED:
+        return {"x": [0.0], "y": [_first_eval(out)]}
+    record = ex.summarise(out, BATCH, {"train": "env/success", "invalid": "env/invalid_rate"})
+    ckpt = out / "checkpoints" / (out / "checkpoints" / "latest").read_text().strip()
+    reeval = out / f"eval{n_re}"
+    if not (reeval / "wall_s").exists():
+        run_agentrl([*_eval_args(spec.seed, n_re), f"model.name_or_path={ckpt}"], reeval)
+    record["final_precise"] = _first_eval(reeval)
+    record["hints"] = [a for a in _method_args(spec.method) if a != f"algo={spec.method}"]
+    return record
 
 
-def _curve(rows: list[dict], batch: int) -> tuple[np.ndarray, np.ndarray]:
-    """(environment steps so far, eval success) at every evaluation, iteration 0 included."""
-    steps, xs, ys = 0.0, [], []
-    for r in rows:
-        if r["iteration"] > 0:
-            steps += r["env/length"] * batch
-        if "eval/success" in r:
-            xs.append(steps)
-            ys.append(r["eval/success"])
-    return np.array(xs), np.array(ys)
+def _first_eval(out: Path) -> float:
+    return float(json.loads((out / "metrics.jsonl").read_text().splitlines()[0])["eval/success"])
 
 
-def run(out_dir: str = "results", quick: bool = False, log=print, argv: list[str] | None = None):
-    parser = argparse.ArgumentParser(prog="python -m agentrl.bench learning")
+def run(out_dir: str = SCRATCH, quick: bool = False, log=print, argv: list[str] | None = None):
+    """Run the benchmark (see the module); write ``<out_dir>/learning_sokoban.md`` and its
+    plot."""
+    parser = ex.grid_parser("learning", seeds=3, iterations=40, eval_every=10)
     parser.add_argument("--algos", default="", help="comma-separated (default: all registered)")
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--iterations", type=int, default=40)
-    parser.add_argument("--eval-every", type=int, default=10)
-    parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument(
         "--reeval-episodes",
         type=int,
         default=512,
         help="episodes of the precise evaluation of the untrained and final policies",
-    )
-    parser.add_argument(
-        "--report-only",
-        action="store_true",
-        help="rewrite the report from the runs already in <out>/.learning_runs",
     )
     opts = parser.parse_args(argv or [])
     # Estimators with their own rollout driver (AC2: prefixes of long single-turn attempts)
@@ -184,125 +155,122 @@ def run(out_dir: str = "results", quick: bool = False, log=print, argv: list[str
         *OBJECTIVES,
     ]
     seeds = list(range(opts.seeds))
-    iterations, eval_every = opts.iterations, opts.eval_every
+    iterations, eval_every, n_re = opts.iterations, opts.eval_every, opts.reeval_episodes
     if quick:
-        algos, seeds, iterations, eval_every = algos[:2], seeds[:2], 2, 1
-    out_dir = Path(out_dir)
-    work = out_dir / ".learning_runs"
-    jobs = [(a, s) for s in seeds for a in algos]
-    log(f"[learning] {len(jobs)} runs: {algos} x seeds {seeds}, {iterations} iterations each")
-    t0 = time.perf_counter()
-    if opts.report_only:
-        results = [_load_run(a, s, work / f"{a}_seed{s}") for a, s in jobs]
-    else:
-        with ThreadPoolExecutor(max_workers=max(1, opts.jobs)) as pool:
-            results = list(
-                pool.map(
-                    lambda j: _run_one(
-                        j[0], j[1], iterations, eval_every, work / f"{j[0]}_seed{j[1]}"
-                    ),
-                    jobs,
-                )
-            )
-    # Precise evaluations: the untrained policy of each seed (the same for every estimator)
-    # and every final checkpoint, on many more held-out seeds than the in-training evals.
-    n_re = 16 if quick else opts.reeval_episodes
-    log(f"[learning] re-evaluating untrained and final policies on {n_re} episodes each")
+        algos, seeds, iterations, eval_every, n_re = algos[:2], seeds[:2], 2, 1, 16
+    out = Path(out_dir)
+    store = ex.RunStore(out / STORE, committed_dir() / STORE)
+    grid = specs(algos, seeds, iterations, eval_every, n_re)
+    code = ex.pick_version(store, grid, opts)
+    log(f"[learning] {len(grid)} runs: {algos} x seeds {seeds}, {iterations} iterations each")
+    results = ex.collect(
+        grid, store, code, out / ".learning_runs", _train,
+        lambda spec, run_dir: _summarise(spec, run_dir, n_re), opts.report_only, opts.jobs,
+        log=log,
+    )  # fmt: skip
+    untrained = {r["seed"]: r["y"][0] for r in results if r["method"] == UNTRAINED}
+    runs = [r for r in results if r["method"] != UNTRAINED and r["seed"] in untrained]
+    if not runs:
+        raise SystemExit(f"learning: no finished runs to report under code version {code}")
+    total = sum(r.get("wall_s") or 0.0 for r in runs)
+    command = (
+        f"python -m agentrl.bench learning --seeds {len(seeds)} --iterations {iterations} "
+        f"--eval-every {eval_every}" + (f" --algos {','.join(algos)}" if opts.algos else "")
+    )
+    head = [
+        *header(("torch", "transformers"), command, quick),
+        "",
+        f"Wall time: {total / 60:.1f} min for {len(runs)} runs. "
+        + ex.version_line(store, grid, code),
+    ]
+    lines = build_report(runs, untrained, algos, head, iterations, n_re)
+    write_markdown(out / "learning_sokoban.md", "\n".join(lines))
+    with figure(out / "learning_sokoban.png") as (ax,):
+        by = ex.by_method(runs, algos)
+        ex.plot_curves(ax, by, styles(list(by)))
+        ax.set_xlabel("environment steps")
+        ax.set_ylabel("eval success (held-out seeds)")
+        ax.set_title("Sokoban 6x6, tiny model: mean over seeds (band: min-max)")
+    log(f"[learning] wrote {out / 'learning_sokoban.md'}")
+    return results
 
-    def final(r: dict) -> float:
-        run_dir = work / f"{r['algo']}_seed{r['seed']}"
-        ckpt = run_dir / "checkpoints" / (run_dir / "checkpoints" / "latest").read_text().strip()
-        return _reevaluate(r["seed"], n_re, run_dir / f"eval{n_re}", ckpt)
 
-    with ThreadPoolExecutor(max_workers=max(1, opts.jobs)) as pool:
-        untrained = dict(
-            zip(
-                seeds,
-                pool.map(
-                    lambda s: _reevaluate(s, n_re, work / f"untrained_seed{s}_eval{n_re}", None),
-                    seeds,
-                ),
-            )
-        )
-        for r, value in zip(results, pool.map(final, results)):
-            r["final_precise"] = value
-    total = sum(r["wall_s"] for r in results) if opts.report_only else time.perf_counter() - t0
-    batch = 8 * 8
-    per_algo: dict[str, list[dict]] = {a: [r for r in results if r["algo"] == a] for a in algos}
-    m0, lo0, hi0 = _t_interval(np.array(list(untrained.values())))
+def build_report(
+    runs: list[dict],
+    untrained: dict[int, float],
+    algos: list[str],
+    head: list[str],
+    iterations: int,
+    n_re: int,
+) -> list[str]:
+    """The report's lines.
+
+    Args:
+        runs: one summary per trained run (``method``, ``seed``, ``x``, ``y``, ``train``,
+            ``invalid``, ``final_precise``, ``hints``, ``wall_s``).
+        untrained: each seed's untrained policy's success on ``n_re`` episodes.
+        algos: methods in report order.
+        head: the opening lines (machine, command).
+    """
+    m0, lo0, hi0 = t_interval(list(untrained.values()))
     lines = [
         "# Learning on Sokoban with the tiny model",
         "",
-        f"Machine: 2 CPU cores, no GPU; {platform.python_implementation()} "
-        f"{platform.python_version()}; load average {os.getloadavg()[0]:.1f} at the end. "
-        f"Date: {date.today()}. Wall time: {total / 60:.1f} min for {len(jobs)} runs.",
-        f"Reproduce: `python -m agentrl.bench learning --seeds {len(seeds)} "
-        f"--iterations {iterations}` (add `--algos a,b` for a subset).",
+        *head,
         "",
         "Budget, identical for every estimator and seed: "
         + " ".join(f"`{b}`" for b in BUDGET)
-        + f", `trainer.steps={iterations}` ({iterations * batch} episodes). "
+        + f", `trainer.steps={iterations}` ({iterations * BATCH} episodes). "
         "Evaluation: held-out seeds (never used for training), sampled at temperature 1.0 "
         "(the tiny model's greedy answer repeats one move forever). The untrained policy of "
-        f"each seed (iteration 0, the same for every estimator) and each final policy are "
+        "each seed (iteration 0, the same for every estimator) and each final policy are "
         f"re-evaluated on {n_re} held-out episodes (`trainer.steps=0` evaluation-only runs); "
         "the in-training evaluations (64 episodes) give the curves. Intervals are 95% "
-        "t-intervals over seeds.",
+        "t-intervals over seeds (n/a: one seed has none).",
         "",
         f"Untrained policy ({n_re} episodes per seed): "
         + ", ".join(f"seed {s}: {v:.3f}" for s, v in untrained.items())
-        + f"; mean {m0:.3f} [{lo0:.3f}, {hi0:.3f}].",
+        + f"; mean {m0:.3f} {bounds(lo0, hi0)}.",
         "",
-        "| estimator | final eval success | gain | t-intervals disjoint? | seed ranges "
-        "disjoint? | runs improved | final train success | final invalid rate | min/run |",
-        "|---|---:|---:|---|---|---:|---:|---:|---:|",
     ]
-    for a, runs in per_algo.items():
-        first = np.array([untrained[r["seed"]] for r in runs])
-        last = np.array([r["final_precise"] for r in runs])
-        m1, lo1, hi1 = _t_interval(last)
-        tail = [r["rows"][-1] for r in runs]
-        train = np.mean([t.get("env/success", np.nan) for t in tail])
-        invalid = np.mean([t.get("env/invalid_rate", np.nan) for t in tail])
-        note = " (" + ", ".join(runs[0]["hints"]) + ")" if runs[0]["hints"] else ""
-        lines.append(
-            f"| {a}{note} | {m1:.3f} [{lo1:.3f}, {hi1:.3f}] "
-            f"| {m1 - m0:+.3f} | {'yes' if lo1 > hi0 else 'no'} "
-            f"| {'yes' if last.min() > first.max() else 'no'} ({first.min():.3f}-"
-            f"{first.max():.3f} vs {last.min():.3f}-{last.max():.3f}) "
-            f"| {int((last > first).sum())}/{len(runs)} | {train:.3f} | {invalid:.3f} "
-            f"| {np.mean([r['wall_s'] for r in runs]) / 60:.1f} |"
+
+    def first(rs: list[dict]) -> np.ndarray:
+        return np.array([untrained[r["seed"]] for r in rs])
+
+    def last(rs: list[dict]) -> np.ndarray:
+        return np.array([r["final_precise"] for r in rs])
+
+    def disjoint(rs: list[dict]) -> str:
+        _, lo1, _ = t_interval(last(rs))
+        if not np.isfinite([lo1, hi0]).all():
+            return "n/a"
+        return "yes" if lo1 > hi0 else "no"
+
+    def ranges(rs: list[dict]) -> str:
+        a, b = first(rs), last(rs)
+        return (
+            f"{'yes' if b.min() > a.max() else 'no'} ({a.min():.3f}-{a.max():.3f} vs "
+            f"{b.min():.3f}-{b.max():.3f})"
         )
+
+    def final(key: str):
+        return lambda rs: f"{np.mean([r[key][-1] for r in rs]):.3f}"
+
+    columns = [
+        ("final eval success", "---:", lambda rs: interval_cell(last(rs))),
+        ("gain", "---:", lambda rs: f"{last(rs).mean() - m0:+.3f}"),
+        ("t-intervals disjoint?", "---", disjoint),
+        ("seed ranges disjoint?", "---", ranges),
+        ("runs improved", "---:", lambda rs: f"{int((last(rs) > first(rs)).sum())}/{len(rs)}"),
+        ("final train success", "---:", final("train")),
+        ("final invalid rate", "---:", final("invalid")),
+        ("min/run", "---:", lambda rs: f"{np.mean([r['wall_s'] or np.nan for r in rs]) / 60:.1f}"),
+    ]
+    by = {
+        m + (f" ({', '.join(rs[0]['hints'])})" if rs[0]["hints"] else ""): rs
+        for m, rs in ex.by_method(runs, algos).items()
+    }
+    lines += ex.method_table(by, columns, first="estimator")
     lines += ["", "Per seed (eval success at each evaluation, iteration 0 first):", ""]
-    for r in results:
-        ys = _curve(r["rows"], batch)[1]
-        lines.append(f"- {r['algo']} seed {r['seed']}: " + ", ".join(f"{y:.3f}" for y in ys))
-    lines += ["", "![success vs environment steps](learning_sokoban.png)", ""]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "learning_sokoban.md").write_text("\n".join(lines))
-    _plot(per_algo, batch, out_dir / "learning_sokoban.png")
-    log(f"[learning] wrote {out_dir / 'learning_sokoban.md'} in {total:.0f} s")
-
-
-def _plot(per_algo: dict[str, list[dict]], batch: int, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for a, runs in per_algo.items():
-        curves = [_curve(r["rows"], batch) for r in runs]
-        n = min(len(c[1]) for c in curves)
-        xs = np.mean([c[0][:n] for c in curves], axis=0)
-        ys = np.array([c[1][:n] for c in curves])
-        ax.plot(xs, ys.mean(0), marker="o", label=a)
-        if len(runs) > 1:
-            ax.fill_between(xs, ys.min(0), ys.max(0), alpha=0.15)
-    ax.set_xlabel("environment steps")
-    ax.set_ylabel("eval success (held-out seeds)")
-    ax.set_title("Sokoban 6x6, tiny model: mean over seeds (band: min-max)")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    lines += ex.per_seed(runs)
+    return [*lines, "", "![success vs environment steps](learning_sokoban.png)", ""]

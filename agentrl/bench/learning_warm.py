@@ -2,59 +2,47 @@
 
 The from-scratch benchmark (:mod:`agentrl.bench.learning`) shows that every estimator learns,
 but the tiny model then plateaus near a random valid mover and no ordering is resolvable. This
-one starts where credit matters:
+one starts where credit matters: from one supervised checkpoint (``python -m agentrl.sft``,
+solver plans with a fraction ``--noise`` of the moves random, so some but far from full
+success), on 7×7 Sokoban with two boxes and 30 steps, where one early push decides. Every
+method runs with the same seeds (the same task stream, evaluation episodes and start weights),
+so methods are compared seed by seed (:mod:`agentrl.bench.stats`): training success, the area
+under the eval curve (AUC) and final success, each pair better, worse or not resolved.
 
-- **Warm start**: one supervised checkpoint (``python -m agentrl.sft``) cloned from solver
-  plans of which a fraction ``--noise`` of the moves were replaced by random ones, so the policy
-  starts with some but far from full success.
-- **A longer horizon where one early push decides**: 7×7 Sokoban with two boxes and a
-  30-step limit.
-- **Paired design**: every method runs with the same seeds; a seed fixes the task stream (task
-  seeds come from their own random stream) and the evaluation episodes, and every method starts
-  from the same weights. Methods are compared seed by seed (:mod:`agentrl.bench.stats`):
-  area under the success curve over environment steps (AUC) and final success, with bootstrap
-  and paired-t intervals, and a verdict per pair: better, worse, or not resolved at this budget.
-
-Options: ``--methods grpo,gigpo,crbc`` (names of :data:`METHODS`), ``--seeds 5``,
-``--iterations 20``, ``--eval-every 4``, ``--jobs 2``, ``--noise 0.5``, ``--report-only``.
-The warm start and run folders live in ``<out>/.learning_warm_runs`` (not committed). Each
-finished run's summary is appended to ``<out>/learning_warm_runs.jsonl`` (committed), keyed by
-everything that determines the run (budget, method overrides, seed, iterations and a hash of the
-warm-start weights): the full benchmark takes longer than one working session on 2 cores, so
-runs accumulate across sessions and fresh clones, and a changed budget or warm start is never
-mixed with the old runs.
+Options: ``--methods`` (core, every pair compared), ``--extra-methods`` (each against grpo),
+``--seeds``, ``--extra-seeds``, ``--iterations``, ``--eval-every``, ``--jobs``, ``--noise`` and
+the grid's ``--report-only``, ``--code-version``. Runs live in ``<out>/.learning_warm_runs``;
+their summaries in ``<out>/learning_warm_runs.jsonl``, with the committed
+``results/learning_warm_runs.jsonl`` read as well (:mod:`agentrl.bench.experiment`). Why the
+budget is what it is, and what some results mean, is in ``results/learning_warm_notes.md``.
 """
 
 from __future__ import annotations
 
-import argparse
-import datetime
-import hashlib
-import json
-import shutil
-import subprocess
-import sys
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
-from agentrl.bench._report import header, read_metrics, run_agentrl
-from agentrl.bench.stats import (
-    PairVerdict,
-    auc,
-    compare_pair,
-    holm,
-    pairs_table,
-    t_interval,
+from agentrl.bench import experiment as ex
+from agentrl.bench._report import (
+    SCRATCH,
+    committed_dir,
+    figure,
+    header,
+    notes,
+    run_agentrl,
+    styles,
+    write_markdown,
 )
+from agentrl.bench.stats import PairVerdict, auc, holm, interval_cell, pairs_table, t_interval
 
+NOTES = "learning_warm_notes.md"
+"""The committed notes: the budget's reasons and the mechanisms behind methods that come apart
+(``## Mechanism: <method>`` sections, shown beside that method's results)."""
 TASK = ["env=sokoban", "env.dim_room=[7,7]", "env.num_boxes=2", "env.max_steps=30"]
-# The default tiny model (64 wide, 2 layers) only learns to answer with a valid move from
-# demonstrations (greedy success 0.11-0.17 on 6x6); 128 wide and 4 layers learns the board
-# (0.48 after 1,500 SFT steps). The RL runs load this architecture from the checkpoint.
+# A model wide and deep enough to learn the board from demonstrations (the notes: Budget); the
+# RL runs load this architecture from the checkpoint.
 SFT = [
     "model.hidden_size=128",
     "model.num_layers=4",
@@ -74,12 +62,10 @@ BUDGET = [
     "rollout.group_size=8",
     "rollout.history_length=0",
     "rollout.max_new_tokens=3",
-    # Sampled evaluation: the warm start's greedy policy loops (0.06 greedy against 0.22
-    # sampled on this task), and sampling is what RL trains.
+    # Sampled evaluation: the warm start's greedy policy loops, and sampling is what RL trains.
     "rollout.eval_temperature=1.0",
-    # 3e-4: the first update's approximate KL is ~0.01 (the usual PPO target). At 1e-3 it was
-    # 0.155, entropy fell 0.83 -> 0.65 over 12 iterations and no method moved from the warm
-    # start (5 seeds each of grpo, gigpo, crbc; 2026-12-01).
+    # The learning rate whose first update moves the policy by the usual PPO KL (the notes:
+    # Budget, with the larger rate that left every method at the warm start).
     "learner.lr=3e-4",
     "learner.ppo_epochs=1",
     "learner.mini_batch_steps=512",
@@ -110,25 +96,22 @@ driver (by its name). Each is compared with ``grpo`` (the baseline it modifies).
 VERSUS: dict[str, str] = {"gae_pretrained": "gae"}
 """Extra methods also compared with a baseline other than grpo: CFP's question is whether a
 pretrained critic beats a fresh one on the same actor."""
-MECHANISMS: dict[str, str] = {
-    "rloo": "RLOO's advantage is the return minus the mean of the other returns, in return "
-    "units (ALGOS.md 7.3: no division by the group's spread); Sokoban's returns here span about "
-    "−3 to +11, so at the same learning rate each update is larger than GRPO's z-scored one "
-    "(the Signal table: approximate KL per iteration about 3 times GRPO's), and the policy "
-    "drifts (invalid actions and entropy rise).",
-    "klpo": "KLPO's per-token signal h = R − β·ℓ has no baseline (ALGOS.md 7.5: no group, no "
-    "whitening); most Sokoban returns here are negative (−0.1 per step), so the sampled tokens "
-    "of most episodes are pushed down, and with no ratio clip or length normalisation the "
-    "first updates are large (approximate KL 0.3 in seed 0's first iteration).",
-    "vimpo": "VIMPO regresses Σ_t β·(log π/π_ref − KL) onto R − mean_group R with β = 5e-4 "
-    "(ALGOS.md 7.10): fitting Sokoban's episode returns (about −3 for 30 steps at −0.1, about "
-    "+11 when solved) asks for log-ratios of order |A|/β, so the policy is pulled far from the "
-    "warm start (the logged per-state KL to it, loss/vimpo_kl, reached 3–4 by iteration 8 in "
-    "seed 0).",
-}
-"""What the method's equations imply for this task, shown beside its results when they run:
-the mechanism behind a method that comes apart here (a reading of the spec, not a measurement)."""
 BATCH = 8 * 8
+STORE = "learning_warm_runs.jsonl"
+"""The committed run summaries (one JSON object per line), next to the report."""
+SERIES = {"train": "env/success", "invalid": "env/invalid_rate", "entropy": "loss/entropy"}
+"""Per-iteration series of a summary: training success, and the invalid-action rate and policy
+entropy (the signs of a policy that has come apart)."""
+SIGNAL = (
+    ("mixed", "diag/mixed_groups", "groups with both a solved and an unsolved episode"),
+    ("grad_cos", "diag/grad_cos", "cosine between the gradients of two half mini-batches"),
+    ("grad_snr", "diag/grad_snr", "gradient signal-to-noise ratio of a half mini-batch"),
+    ("approx_kl", "loss/approx_kl", "approximate KL of one iteration's update"),
+)
+"""How much signal each update carries (name in the stored summary, metric, meaning): the
+fraction of groups whose success varies (only they carry an outcome signal), and whether two
+halves of a mini-batch agree on the gradient (cosine and SNR near 0: the update is mostly
+sampling noise); the approximate KL says how far each iteration moved the policy."""
 
 
 def _reshaped(name: str) -> bool:
@@ -144,9 +127,7 @@ def method_args(name: str) -> list[str] | None:
     from agentrl.bench.learning import OBJECTIVES
     from agentrl.credit import get_estimator, list_estimators
 
-    args = METHODS.get(name) or EXTRA.get(name) or OBJECTIVES.get(name)
-    if args is None:
-        args = [f"algo={name}"]
+    args = METHODS.get(name) or EXTRA.get(name) or OBJECTIVES.get(name) or [f"algo={name}"]
     algo = next(a.split("=", 1)[1] for a in args if a.startswith("algo="))
     if algo not in list_estimators() or get_estimator(algo).driver:
         return None
@@ -165,151 +146,58 @@ def known_methods() -> list[str]:
 
 def warm_start(work: Path, noise: float, log=print) -> Path:
     """The shared supervised checkpoint (built once, reused)."""
-    out = work / f"sft_noise{noise:g}"
-    if (out / "config.json").exists():
-        return out
-    log(f"[learning-warm] supervised warm start (noise {noise}) -> {out}")
-    cmd = [sys.executable, "-m", "agentrl.sft", *TASK, *SFT, f"sft.noise={noise}"]
-    # One thread: the weights are then bitwise the same on every build (the thread count
-    # changes the order of floating-point sums), so stored runs stay paired with a rebuild.
-    cmd.append("trainer.num_threads=1")
-    cmd.append(f"sft.out_dir={out}")
-    cmd.append(f"hydra.run.dir={work}/sft_hydra")
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"agentrl.sft failed:\n{proc.stderr[-3000:]}")
-    return out
+    args = [*TASK, *SFT, f"sft.noise={noise}"]
+    return ex.warm_start(work / f"sft_noise{noise:g}", args, log)
 
 
-STORE = "learning_warm_runs.jsonl"
-"""The committed run summaries (one JSON object per line), next to the report."""
+def spec(method: str, seed: int, init: Path, init_hash: str, iterations: int, eval_every: int):
+    """The run of ``method`` and ``seed`` (:class:`~agentrl.bench.experiment.Spec`): its key is
+    the one summaries were stored under before they carried a code version, so those stay
+    reportable."""
+    args = [
+        *BUDGET,
+        *method_args(method),
+        # One thread each: runs go side by side (--jobs) on a small machine.
+        "trainer.num_threads=1",
+        f"model.name_or_path={init}",
+        f"trainer.seed={seed}",
+        f"trainer.steps={iterations}",
+        f"trainer.eval_every={eval_every}",
+    ]
+    key = ex.spec_key(BUDGET, method_args(method), seed, iterations, eval_every, init_hash)
+    return ex.Spec(method, seed, tuple(args), key)
 
 
-def weights_hash(init: Path) -> str:
-    """A short hash of the warm start's weights: runs from different warm starts never pair."""
-    digest = hashlib.sha256()
-    for name in ("model.safetensors", "value_head.safetensors"):
-        if (init / name).exists():
-            digest.update((init / name).read_bytes())
-    return digest.hexdigest()[:16]
+def _train(spec: ex.Spec, out: Path) -> None:
+    run_agentrl(list(spec.args), out)
 
 
-def run_key(method: str, seed: int, iterations: int, eval_every: int, init_hash: str) -> str:
-    """Everything that determines a run, hashed: a stored summary is reused only under it."""
-    what = [BUDGET, method_args(method), seed, iterations, eval_every, init_hash]
-    return hashlib.sha256(json.dumps(what).encode()).hexdigest()[:16]
+def summarise(spec: ex.Spec, out: Path) -> dict:
+    """A finished run's summary (:func:`agentrl.bench.experiment.summarise` with
+    :data:`SERIES`) and the signal in each update (``signal``: the :data:`SIGNAL` diagnostics
+    per iteration)."""
+    record = ex.summarise(out, BATCH, {**SERIES, **{f"signal.{n}": m for n, m, _ in SIGNAL}})
+    record["signal"] = {name: record.pop(f"signal.{name}") for name, _, _ in SIGNAL}
+    return record
 
 
-def load_store(path: Path) -> dict[str, dict]:
-    """Stored summaries by key (a later line wins); unreadable lines are skipped."""
-    out: dict[str, dict] = {}
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                rec = json.loads(line)
-                out[rec["key"]] = rec
-            except (json.JSONDecodeError, KeyError, TypeError):
-                continue
-    return out
+def run(
+    out_dir: str = SCRATCH,
+    quick: bool = False,
+    log=print,
+    argv: list[str] | None = None,
+    committed: str | Path | None = None,
+):
+    """Run the benchmark (see the module) and write ``<out_dir>/learning_warm.md`` and its plot.
 
-
-SIGNAL = (
-    ("mixed", "diag/mixed_groups", "groups with both a solved and an unsolved episode"),
-    ("grad_cos", "diag/grad_cos", "cosine between the gradients of two half mini-batches"),
-    ("grad_snr", "diag/grad_snr", "gradient signal-to-noise ratio of a half mini-batch"),
-    ("approx_kl", "loss/approx_kl", "approximate KL of one iteration's update"),
-)
-"""How much signal each update carries (name in the stored summary, metric, meaning): the
-fraction of groups whose success varies (only they carry an outcome signal), and whether two
-halves of a mini-batch agree on the gradient (cosine and SNR near 0: the update is mostly
-sampling noise); the approximate KL says how far each iteration moved the policy."""
-
-
-def summarise(method: str, seed: int, out: Path) -> dict:
-    """A finished run's summary from its ``metrics.jsonl``: environment steps and eval success
-    at each evaluation (``x``, ``y``; the first at iteration 0) and training success per
-    iteration (``train``), with the invalid-action rate and policy entropy per iteration
-    (``invalid``, ``entropy``: the signs of a policy that has come apart), and the signal in
-    each update (``signal``: the :data:`SIGNAL` diagnostics per iteration)."""
-    rows = read_metrics(out)
-    total, xs, ys, train, invalid, entropy = 0.0, [], [], [], [], []
-    signal: dict[str, list[float]] = {name: [] for name, _, _ in SIGNAL}
-    for r in rows:
-        if r["iteration"] > 0:
-            total += r["env/length"] * BATCH
-            train.append(r["env/success"])
-            invalid.append(r.get("env/invalid_rate", float("nan")))
-            entropy.append(r.get("loss/entropy", float("nan")))
-            for name, metric, _ in SIGNAL:
-                signal[name].append(r.get(metric, float("nan")))
-        if "eval/success" in r:
-            xs.append(total)
-            ys.append(r["eval/success"])
-    wall = float((out / "wall_s").read_text()) if (out / "wall_s").exists() else None
-    return {
-        "method": method,
-        "seed": seed,
-        "x": xs,
-        "y": ys,
-        "train": train,
-        "invalid": invalid,
-        "entropy": entropy,
-        "signal": signal,
-        "env_steps": total,
-        "wall_s": wall,
-    }
-
-
-def _run(method: str, seed: int, init: Path, iterations: int, eval_every: int, out: Path, key: str):
-    if not _finished(out, key):
-        if out.exists() and _stamp(out) != key:
-            # A run of another budget, method or warm start (or of an older benchmark that did
-            # not stamp its runs): resuming it would report it under this key.
-            shutil.rmtree(out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "run_key").write_text(key)
-        run_agentrl(
-            [
-                *BUDGET,
-                *method_args(method),
-                # One thread each: runs go side by side (--jobs) on a small machine.
-                "trainer.num_threads=1",
-                f"model.name_or_path={init}",
-                f"trainer.seed={seed}",
-                f"trainer.steps={iterations}",
-                f"trainer.eval_every={eval_every}",
-            ],
-            out,
-        )
-    return summarise(method, seed, out)
-
-
-def _stamp(out: Path) -> str | None:
-    """The run key a run directory was started under (None when unstamped)."""
-    path = out / "run_key"
-    return path.read_text().strip() if path.exists() else None
-
-
-def _finished(out: Path, key: str) -> bool:
-    """A finished run of exactly this key (see :func:`run_key`) is in ``out``."""
-    return (
-        _stamp(out) == key
-        and (out / "metrics.jsonl").exists()
-        and (out / "checkpoints" / "latest").exists()
-    )
-
-
-def run(out_dir: str = "results", quick: bool = False, log=print, argv: list[str] | None = None):
-    p = argparse.ArgumentParser(prog="python -m agentrl.bench learning-warm")
-    p.add_argument("--methods", default="grpo,rloo,gigpo,crbc,crbc_k1,gagpo,relace,gae")
-    p.add_argument("--seeds", type=int, default=5)
+    Finished runs are looked up in the committed store (``<committed>/learning_warm_runs.jsonl``,
+    default :func:`~agentrl.bench._report.committed_dir`) and in ``<out_dir>``'s; new ones are
+    appended to ``<out_dir>``'s (the committed one itself with ``--update``)."""
+    p = ex.grid_parser("learning-warm", seeds=5, iterations=12, eval_every=4, jobs=2)
+    p.add_argument("--methods", default=",".join(METHODS))
     p.add_argument("--extra-methods", default="", help="compared with grpo only")
     p.add_argument("--extra-seeds", type=int, default=3)
-    p.add_argument("--iterations", type=int, default=12)
-    p.add_argument("--eval-every", type=int, default=4)
-    p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--noise", type=float, default=0.5)
-    p.add_argument("--report-only", action="store_true", help="report the finished runs only")
     opts = p.parse_args(argv or [])
     core = [m for m in opts.methods.split(",") if m]
     extra = [m for m in opts.extra_methods.split(",") if m and m not in core]
@@ -327,48 +215,29 @@ def run(out_dir: str = "results", quick: bool = False, log=print, argv: list[str
     work = out / ".learning_warm_runs"
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
+    root = Path(committed if committed is not None else committed_dir())
+    store = ex.RunStore(out / STORE, root / STORE)
+    # A warm start already built beside the committed reports (by an `--update` run) is the
+    # same checkpoint (built single-threaded, so bitwise the same): use it, do not rebuild it.
+    built = root / work.name
+    work_init = built if (built / f"sft_noise{opts.noise:g}" / "config.json").exists() else work
+    init = work_init / f"sft_noise{opts.noise:g}"
+    if not opts.report_only:
+        init = warm_start(work_init, opts.noise, log)
+    init_hash = ex.init_hash(store, init)
     # Seed-major, core methods first: a benchmark cut short still has every core method paired.
     jobs = [(m, s) for s in seeds for m in core] + [(m, s) for s in extra_seeds for m in extra]
-    store_path = out / STORE
-    store = load_store(store_path)
-    if opts.report_only:
-        init = work / f"sft_noise{opts.noise:g}"
-        # Without the checkpoint here (a fresh clone), the warm start the stored runs share.
-        hashes = [r["init"] for r in store.values() if "init" in r]
-        init_hash = (
-            weights_hash(init)
-            if (init / "config.json").exists()
-            else max(set(hashes), key=hashes.count, default="")
-        )
-    else:
-        init = warm_start(work, opts.noise, log)
-        init_hash = weights_hash(init)
-    keys = {(m, s): run_key(m, s, iterations, eval_every, init_hash) for m, s in jobs}
-    if opts.report_only:
-        jobs = [
-            j for j in jobs if keys[j] in store or _finished(work / f"{j[0]}_seed{j[1]}", keys[j])
-        ]
-    stored = sum(keys[j] in store for j in jobs)
+    specs = [spec(m, s, init, init_hash, iterations, eval_every) for m, s in jobs]
+    code = ex.pick_version(store, specs, opts)
     log(
-        f"[learning-warm] {len(jobs)} runs ({stored} stored in {store_path}): {core} x seeds "
-        f"{seeds}, {extra} x {extra_seeds}; warm start {init_hash}"
+        f"[learning-warm] {len(specs)} runs ({sum(store.get(s, code) is not None for s in specs)}"
+        f" stored in {store.path} or the committed store): {core} x seeds {seeds}, {extra} x "
+        f"{extra_seeds}; warm start {init_hash}, code {code}"
     )
-    lock = threading.Lock()
-
-    def one(job):
-        m, s = job
-        if keys[job] in store:
-            return store[keys[job]]
-        r = _run(m, s, init, iterations, eval_every, work / f"{m}_seed{s}", keys[job])
-        r.update(key=keys[job], init=init_hash, date=datetime.date.today().isoformat())
-        # One line per finished run, so a benchmark cut short keeps what it did.
-        with lock, store_path.open("a") as f:
-            f.write(json.dumps(r) + "\n")
-        log(f"[learning-warm] {m} seed {s}: final {r['y'][-1]:.3f}")
-        return r
-
-    with ThreadPoolExecutor(max_workers=max(1, opts.jobs)) as pool:
-        results = list(pool.map(one, jobs))
+    results = ex.collect(
+        specs, store, code, work, _train, summarise, opts.report_only, opts.jobs,
+        {"init": init_hash}, log,
+    )  # fmt: skip
     wall = sum(r.get("wall_s") or 0.0 for r in results)
     command = (
         f"python -m agentrl.bench learning-warm --methods {','.join(core)} --seeds {len(seeds)}"
@@ -389,59 +258,23 @@ def run(out_dir: str = "results", quick: bool = False, log=print, argv: list[str
         f"{opts.jobs} at a time; {wall / 60:.0f} min of run time in all."
     )
     head = [*header(("torch", "transformers"), command, quick), "", setting]
-    lines = build_report(results, core, extra, head)
-    lines += _coverage(results, core, seeds, extra, extra_seeds)
+    lines = build_report(results, core, extra, [*head, "", ex.version_line(store, specs, code)])
+    lines += ex.coverage(results, [(m, seeds) for m in core] + [(m, extra_seeds) for m in extra])
     if skipped:
         lines += ["", f"Not run (not registered here, or needs a rollout driver): {skipped}."]
     lines += ["", "![success vs environment steps](learning_warm.png)", ""]
-    (out / "learning_warm.md").write_text("\n".join(lines))
+    write_markdown(out / "learning_warm.md", "\n".join(lines))
     _plot(results, core, extra, out / "learning_warm.png")
     took = (time.perf_counter() - t0) / 60
     log(f"[learning-warm] wrote {out / 'learning_warm.md'} ({took:.1f} min)")
     return results
 
 
-def _coverage(
-    results: list[dict], core: list[str], seeds: list[int], extra: list[str], extra_seeds: list[int]
-) -> list[str]:
-    """The requested runs that have no result yet (the benchmark accumulates across sessions:
-    a report may be partial), as a line; nothing when every run is in."""
-    have = {(r["method"], r["seed"]) for r in results}
-    want = [(m, seeds) for m in core] + [(m, extra_seeds) for m in extra]
-    missing = [
-        f"{m} ({sum((m, s) in have for s in ss)}/{len(ss)} seeds)"
-        for m, ss in want
-        if any((m, s) not in have for s in ss)
-    ]
-    if not missing:
-        return []
-    return [
-        "",
-        f"Not yet run at this budget (methods absent from the tables): {', '.join(missing)}.",
-    ]
-
-
-def _by_method(results: list[dict], methods: list[str]) -> dict[str, list[dict]]:
-    return {
-        m: sorted((r for r in results if r["method"] == m), key=lambda r: r["seed"])
-        for m in methods
-        if any(r["method"] == m for r in results)
-    }
-
-
-def _pair(a: str, ra: list[dict], b: str, rb: list[dict], key) -> PairVerdict:
-    """A against B on the seeds both have (the pairing), by ``key`` of each run."""
-    seeds = sorted({r["seed"] for r in ra} & {r["seed"] for r in rb})
-    xa = {r["seed"]: key(r) for r in ra}
-    xb = {r["seed"]: key(r) for r in rb}
-    return compare_pair(a, b, [xa[s] for s in seeds], [xb[s] for s in seeds])
-
-
 def _final(r: dict) -> float:
     return r["y"][-1]
 
 
-def _train(r: dict) -> float:
+def _train_success(r: dict) -> float:
     """Mean success over every training episode (each iteration has the same number): the
     area under the training curve, the figure with the most episodes behind it."""
     return float(np.mean(r["train"]))
@@ -450,6 +283,10 @@ def _train(r: dict) -> float:
 def _gain(r: dict) -> float:
     """Final eval success minus the warm start's (iteration 0, the same for every method)."""
     return r["y"][-1] - r["y"][0]
+
+
+def _auc(r: dict) -> float:
+    return auc(r["x"], r["y"])
 
 
 def _drift(rs: list[dict], series: str) -> tuple[float, float]:
@@ -461,11 +298,31 @@ def _drift(rs: list[dict], series: str) -> tuple[float, float]:
     return float(np.mean([h[0] for h in have])), float(np.mean([np.mean(h[-3:]) for h in have]))
 
 
-def _auc(r: dict) -> float:
-    return auc(r["x"], r["y"])
+def _drift_cell(series: str):
+    def cell(rs: list[dict]) -> str:
+        first, last = _drift(rs, series)
+        return f"{first:.2f} → {last:.2f}" if np.isfinite(last) else "—"
+
+    return cell
 
 
-METRICS = (("training success", _train), ("eval AUC", _auc), ("final eval success", _final))
+METRICS = (("training success", _train_success), ("eval AUC", _auc), ("final eval success", _final))
+COLUMNS = (
+    ("seeds", "---:", lambda rs: str(len(rs))),
+    *(
+        (title, "---", lambda rs, key=key: interval_cell([key(r) for r in rs]))
+        for title, key in (
+            ("training success, all episodes (95% t)", _train_success),
+            ("eval AUC over env steps (95% t)", _auc),
+            ("final eval success (95% t)", _final),
+            ("final − start eval (95% t)", _gain),
+        )
+    ),
+    ("invalid actions, first → last 3 iterations", "---", _drift_cell("invalid")),
+    ("entropy, first → last 3", "---", _drift_cell("entropy")),
+)
+"""The columns of the method tables: seeds, four figures with 95% t-intervals over seeds, and
+the drift of the invalid-action rate and of the entropy."""
 
 
 def build_report(
@@ -476,13 +333,13 @@ def build_report(
 
     Args:
         results: one dict per run: ``method``, ``seed``, ``x`` (environment steps at each
-            evaluation), ``y`` (eval success there; the first at iteration 0).
+            evaluation), ``y`` (eval success there; the first at iteration 0), ``train``.
         core, extra: method names in report order (methods without results are left out).
         head: the report's opening lines (machine, command).
     """
     lines = ["# Learning from a warm start: can the benchmark tell credit methods apart?", ""]
     lines += [*head, ""]
-    by_core, by_extra = _by_method(results, core), _by_method(results, extra)
+    by_core, by_extra = ex.by_method(results, core), ex.by_method(results, extra)
     if by_core:
         start = [r["y"][0] for r in next(iter(by_core.values()))]
         lines += [
@@ -491,57 +348,28 @@ def build_report(
             "",
         ]
     for title, by in (("Core methods", by_core), ("Joined with a flag", by_extra)):
-        if not by:
-            continue
-        lines += [
-            f"## {title}",
-            "",
-            "| method | seeds | training success, all episodes (95% t) "
-            "| eval AUC over env steps (95% t) | final eval success (95% t) "
-            "| final − start eval (95% t) | invalid actions, first → last 3 iterations "
-            "| entropy, first → last 3 |",
-            "|---|---:|---|---|---|---|---|---|",
-        ]
-        for m, rs in by.items():
-            cells = []
-            for key in (_train, _auc, _final, _gain):
-                mean, lo, hi = t_interval([key(r) for r in rs])
-                cells.append(f"{mean:.3f} [{lo:.3f}, {hi:.3f}]")
-            for series in ("invalid", "entropy"):
-                first, last = _drift(rs, series)
-                cells.append(f"{first:.2f} → {last:.2f}" if np.isfinite(last) else "—")
-            lines.append(f"| {m} | {len(rs)} | " + " | ".join(cells) + " |")
-        lines.append("")
+        if by:
+            lines += [f"## {title}", "", *ex.method_table(by, COLUMNS), ""]
     lines += _signal_table({**by_core, **by_extra})
     # Every pair of core methods per metric, once: the tables and the summary both read them.
-    names = list(by_core)
-    core_pairs = {
-        what: holm(
-            [
-                _pair(a, by_core[a], b, by_core[b], key)
-                for i, a in enumerate(names)
-                for b in names[i + 1 :]
-            ]
-        )
-        for what, key in METRICS
-    }
+    core_pairs = {what: holm(ex.all_paired(by_core, key)) for what, key in METRICS}
     if len(by_core) > 1:
         for what, pairs in core_pairs.items():
-            lines += [f"## Core pairs: {what}", ""]
-            lines += [*pairs_table(pairs, what, family=True), ""]
-    if by_extra and "grpo" in by_core:
-        for what, key in METRICS:
-            lines += [f"## Against grpo: {what}", ""]
-            pairs = [_pair(m, rs, "grpo", by_core["grpo"], key) for m, rs in by_extra.items()]
-            lines += [*pairs_table(pairs, what, family=True), ""]
-    lines += _summary(by_core, by_extra, core_pairs)
+            lines += [f"## Core pairs: {what}", "", *pairs_table(pairs, what, family=True), ""]
     every = {**by_core, **by_extra}
+    versus = [(m, "grpo") for m in by_extra] if "grpo" in by_core else []
     own = [(m, b) for m, b in VERSUS.items() if m in by_extra and b in every and b != "grpo"]
-    if own:
-        for what, key in METRICS:
-            lines += [f"## Against their own baseline: {what}", ""]
-            pairs = [_pair(m, every[m], b, every[b], key) for m, b in own]
-            lines += [*pairs_table(pairs, what, family=True), ""]
+    lines += _against("Against grpo", versus, every)
+    lines += _summary(by_core, by_extra, core_pairs)
+    return lines + _against("Against their own baseline", own, every)
+
+
+def _against(title: str, pairs: list[tuple[str, str]], every: dict[str, list[dict]]) -> list[str]:
+    """A pairs table per metric of each (method, its baseline), one family per metric."""
+    lines = []
+    for what, key in METRICS if pairs else ():
+        verdicts = [ex.paired(m, every[m], b, every[b], key) for m, b in pairs]
+        lines += [f"## {title}: {what}", "", *pairs_table(verdicts, what, family=True), ""]
     return lines
 
 
@@ -551,7 +379,8 @@ def _summary(
     core_pairs: dict[str, list[PairVerdict]],
 ) -> list[str]:
     """Generated sentences: which methods moved from the warm start, and which core pairs are
-    resolved (each statement is an interval's, nothing more).
+    resolved (each statement is an interval's, nothing more), with the notes' mechanism of each
+    method that ran.
 
     Args:
         core_pairs: metric name → every pair of core methods, Holm-adjusted (:func:`holm`).
@@ -596,7 +425,7 @@ def _summary(
                 f"two halves of a mini-batch had mean cosine {cos:+.2f}{noise}."
             )
     for m, rs in every.items():
-        mean, lo, hi = t_interval([_gain(r) for r in rs])
+        _, lo, hi = t_interval([_gain(r) for r in rs])
         if lo > 0:
             what = "improved on the warm start"
         elif hi < 0:
@@ -611,10 +440,11 @@ def _summary(
             else ""
         )
         out.append(
-            f"- {m}: final − start eval success {mean:+.3f} [{lo:+.3f}, {hi:+.3f}] over "
-            f"{len(rs)} seeds: {what}{broke}."
+            f"- {m}: final − start eval success {interval_cell([_gain(r) for r in rs], '+.3f')}"
+            f" over {len(rs)} seeds: {what}{broke}."
         )
-    out += [f"- Mechanism ({m}): {MECHANISMS[m]}" for m in every if m in MECHANISMS]
+    mechanisms = {k.removeprefix("Mechanism: "): v for k, v in notes(NOTES).items()}
+    out += [f"- Mechanism ({m}): {mechanisms[m]}" for m in every if m in mechanisms]
     for what, pairs in core_pairs.items():
         if not pairs:
             continue
@@ -632,31 +462,32 @@ def _summary(
     return [*out, ""]
 
 
-def _signal(rs: list[dict], name: str) -> tuple[float, float, float]:
-    """Mean over seeds of a run's mean ``signal[name]`` over its iterations, with a 95%
-    t-interval over seeds; NaN when no run recorded it (runs stored before it was)."""
-    per_run = [
+def _per_run(rs: list[dict], name: str) -> list[float]:
+    """Each run's mean ``signal[name]`` over its iterations; runs that did not record it (stored
+    before it was) are left out."""
+    return [
         float(np.nanmean(r["signal"][name]))
         for r in rs
         if r.get("signal", {}).get(name) and np.isfinite(r["signal"][name]).any()
     ]
-    if not per_run:
-        return float("nan"), float("nan"), float("nan")
-    return t_interval(per_run)
+
+
+def _signal(rs: list[dict], name: str) -> tuple[float, float, float]:
+    """Mean over seeds of :func:`_per_run` with a 95% t-interval; NaN when no run has it."""
+    per_run = _per_run(rs, name)
+    return t_interval(per_run) if per_run else (np.nan, np.nan, np.nan)
 
 
 def _signal_table(every: dict[str, list[dict]]) -> list[str]:
     """The signal in each update per method (:data:`SIGNAL`), averaged over iterations, with
     95% t-intervals over seeds; methods whose runs did not record it are left out."""
-    rows = []
-    for m, rs in every.items():
-        cells = [_signal(rs, name) for name, _, _ in SIGNAL]
-        if all(np.isnan(c[0]) for c in cells):
-            continue
-        text = [f"{c[0]:.3f} [{c[1]:.3f}, {c[2]:.3f}]" if np.isfinite(c[0]) else "—" for c in cells]
-        rows.append(f"| {m} | " + " | ".join(text) + " |")
-    if not rows:
+    shown = {m: rs for m, rs in every.items() if any(_per_run(rs, n) for n, _, _ in SIGNAL)}
+    if not shown:
         return []
+    columns = [
+        (n, "---", lambda rs, n=n: interval_cell(_per_run(rs, n)) if _per_run(rs, n) else "—")
+        for n, _, _ in SIGNAL
+    ]
     return [
         "## Signal per update",
         "",
@@ -664,9 +495,7 @@ def _signal_table(every: dict[str, list[dict]]) -> list[str]:
         + "; ".join(f"{name}: {meaning} (`{metric}`)" for name, metric, meaning in SIGNAL)
         + ".",
         "",
-        "| method | " + " | ".join(name for name, _, _ in SIGNAL) + " |",
-        "|---|" + "---|" * len(SIGNAL),
-        *rows,
+        *ex.method_table(shown, columns),
         "",
     ]
 
@@ -691,28 +520,15 @@ def _resolution(pairs: list[PairVerdict], what: str) -> list[str]:
 def _plot(results: list[dict], core: list[str], extra: list[str], path: Path) -> None:
     """Mean success over seeds against environment steps, with a min–max band: core methods
     on the left, the extra methods (with grpo for reference) on the right."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     panels = [("core methods", core)] + (
         [("joined with a flag", ["grpo", *extra])] if extra else []
     )
-    fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 4.5), squeeze=False)
-    for ax, (title, methods) in zip(axes[0], panels, strict=True):
-        # 20 distinct colours: the extra panel can hold more methods than the default 10.
-        ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)
-        for m, rs in _by_method(results, methods).items():
-            n = min(len(r["y"]) for r in rs)
-            x = np.mean([r["x"][:n] for r in rs], axis=0)
-            y = np.array([r["y"][:n] for r in rs])
-            ax.plot(x, y.mean(axis=0), label=f"{m} ({len(rs)})")
-            ax.fill_between(x, y.min(axis=0), y.max(axis=0), alpha=0.12)
-        ax.set_title(title)
-        ax.set_xlabel("environment steps")
-        ax.set_ylabel("eval success (temperature 1)")
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with figure(path, len(panels)) as axes:
+        for ax, (title, methods) in zip(axes, panels, strict=True):
+            # As many distinct colours as the panel has lines, the boldest first (grpo leads
+            # both panels, so it has the same colour in each), and a marker each.
+            shown = ex.by_method(results, methods)
+            ex.plot_curves(ax, shown, styles(list(shown)), counts=True)
+            ax.set_title(title)
+            ax.set_xlabel("environment steps")
+            ax.set_ylabel("eval success (temperature 1)")

@@ -1,4 +1,4 @@
-"""Scale-out benchmark: one process vs two torchrun ranks, and the env pools (results/scale.md).
+"""Scale-out benchmark: one process vs two torchrun ranks, and the env pools (``scale.md``).
 
 Part 1 runs the default job (Sokoban, GRPO, tiny model) with the same global batch once as a
 plain process and once as ``torchrun --nproc_per_node=2`` (gloo, DDP, one thread per rank),
@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agentrl.bench._report import header, read_metrics
+from agentrl.bench._report import SCRATCH, header, read_metrics, run_agentrl, write_markdown
 
 SETTINGS = [
     "trainer.eval_every=0",
@@ -33,16 +31,11 @@ SETTINGS = [
 
 def _run(world: int, steps: int, out: Path) -> dict[str, float]:
     """Median per-iteration figures (iteration 1, the warm-up, left out) of one run."""
-    args = [*SETTINGS, f"trainer.steps={steps}", f"trainer.out_dir={out}"]
-    args.append(f"hydra.run.dir={out}/hydra")
-    launch = [sys.executable, "-m", "agentrl.run"]
+    launcher = []
     if world > 1:
-        launch = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-        launch += [f"--nproc_per_node={world}", "-m", "agentrl.run"]
+        launcher = ["torch.distributed.run", "--standalone", f"--nproc_per_node={world}", "-m"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([*launch, *args], capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        raise RuntimeError(f"world size {world} failed:\n{proc.stderr[-3000:]}")
+    run_agentrl([*SETTINGS, f"trainer.steps={steps}"], out, launcher=launcher, env=env)
     rows = read_metrics(out)[1:]
     n_eps = 8 * 8
 
@@ -58,12 +51,12 @@ def _run(world: int, steps: int, out: Path) -> dict[str, float]:
 
 
 def run(
-    out_dir: str | os.PathLike = "results",
+    out_dir: str | os.PathLike = SCRATCH,
     quick: bool = False,
     log: Callable[[str], Any] = print,
 ) -> dict[str, Any]:
     """Measure both parts and write ``<out_dir>/scale.md``."""
-    from agentrl.bench.scale_pools import measure_pools, pools_section
+    from agentrl.bench.scale_pools import SECTION, measure_pools, pools_section
 
     steps = 3 if quick else 6
     tmp = Path(tempfile.mkdtemp(prefix="agentrl-scale-"))
@@ -110,13 +103,11 @@ def run(
         "other process on the machine takes its share of the same two cores. Multi-GPU figures "
         "need a GPU machine (`python -m agentrl.bench gpu` covers one GPU).",
         "",
-        "## Environment pools on ALFWorld",
+        f"## {SECTION}",
         "",
     ]
     rows = measure_pools(quick, log)
     lines.append(pools_section(rows))
-    path = Path(out_dir) / "scale.md"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines).rstrip() + "\n")
+    path = write_markdown(Path(out_dir) / "scale.md", "\n".join(lines).rstrip() + "\n")
     log(f"[scale] wrote {path}")
     return {"world": med, "pools": rows}

@@ -18,22 +18,23 @@ Called by ``python -m agentrl.bench scale``: :func:`measure_pools` returns the r
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from agentrl.bench._report import (
+    cache_dir,
+    committed_section,
+    kept_body,
+    kept_note,
+    mark_kept,
+    table_rows,
+)
+
 ROUNDS = 5
 """The pools play their batch steps in this many rounds, taking turns."""
-
-
-def _kwargs(n_games: int) -> dict[str, Any]:
-    cache = os.environ.get("AGENTRL_BENCH_CACHE") or os.path.join(
-        tempfile.gettempdir(), "agentrl-bench-alfworld"
-    )
-    return {"generated_games": n_games, "cache_dir": cache, "progress": False}
 
 
 class _Player:
@@ -79,7 +80,7 @@ def measure_pools(quick: bool, log: Callable[[str], Any] = print) -> list[dict[s
 
     n_games, n_envs, turns = (4, 4, 100) if quick else (6, 8, 200)
     workers = os.cpu_count() or 1
-    kwargs = _kwargs(n_games)
+    kwargs = {"generated_games": n_games, "cache_dir": cache_dir("alfworld"), "progress": False}
     t0 = time.perf_counter()
     make_pool("alfworld", kwargs, 1, PoolConfig(kind="process", workers=1)).close()  # prepare
     log(f"[scale] ALFWorld: {n_games} generated games ready in {time.perf_counter() - t0:.0f} s")
@@ -123,10 +124,32 @@ def measure_pools(quick: bool, log: Callable[[str], Any] = print) -> list[dict[s
     return rows
 
 
-def pools_section(rows: list[dict[str, Any]]) -> str:
-    """The rows of :func:`measure_pools` as a markdown table with a sentence on what it shows."""
+SECTION = "Environment pools on ALFWorld"
+"""The section of ``scale.md`` that :func:`pools_section` fills."""
+
+
+def pools_section(rows: list[dict[str, Any]], committed: str | os.PathLike | None = None) -> str:
+    """The rows of :func:`measure_pools` as a markdown table with a sentence on what it shows.
+
+    A pool whose extra is missing here is not dropped: without ALFWorld (no rows at all) the
+    committed report's section is copied whole, without Ray its committed row is; both are
+    marked as from the committed run (``committed``: the committed reports' folder, default
+    :func:`~agentrl.bench._report.committed_dir`)."""
+    body, date = committed_section("scale.md", SECTION, committed)
     if not rows:
+        if body and body.strip():
+            return kept_body(
+                body, kept_note("alfworld", date), "the alfworld extra is not installed"
+            )
         return "Environment pools: not measured (the alfworld extra is not installed)."
+    kept = []
+    if not any(r["pool"] == "ray" for r in rows):
+        note = kept_note("Ray", date)
+        kept = [
+            mark_kept(ln, note)
+            for ln, cells in table_rows(body or "")
+            if cells[0].startswith("ray")
+        ]
     inline = next((r for r in rows if r["pool"] == "inline"), rows[0])
     lines = [
         "| pool | workers | envs | steps | steps/s | vs inline | start s | load | same "
@@ -139,6 +162,7 @@ def pools_section(rows: list[dict[str, Any]]) -> str:
             f"| {r['steps_per_s']:,.1f} | {r['steps_per_s'] / inline['steps_per_s']:.2f}x "
             f"| {r['start_s']:.1f} | {r['load']:.1f} | {'yes' if r['same'] else 'NO'} |"
         )
+    lines += kept
     by = {r["pool"]: r for r in rows}
     load = max(r["load"] for r in rows)
     ms = 1e3 / inline["steps_per_s"]
@@ -164,5 +188,10 @@ def pools_section(rows: list[dict[str, Any]]) -> str:
         text += (
             f" The Ray pool's start-up ({by['ray']['start_s']:.0f} s) includes starting a "
             "local Ray."
+        )
+    if kept:
+        text += (
+            " Ray is not installed here: its row is from the committed run (its steps/s and "
+            "'vs inline' are that run's, against that run's inline pool)."
         )
     return "\n".join([*lines, "", text])

@@ -25,6 +25,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from agentrl.bench._report import table
+
 
 def auc(steps: Sequence[float], values: Sequence[float]) -> float:
     """Area under ``values`` over ``steps`` (trapezoids) divided by the step range: the mean
@@ -55,11 +57,25 @@ def t_interval(x: Sequence[float], level: float = 0.95) -> tuple[float, float, f
     return m, m - half, m + half
 
 
+def interval_cell(x: Sequence[float], fmt: str = ".3f") -> str:
+    """``mean [lo, hi]`` with the 95% t-interval of ``x``; ``mean [n/a]`` for a single value
+    (one seed has no interval, and a zero-width one would read as certainty)."""
+    m, lo, hi = t_interval(x)
+    return f"{m:{fmt}} {bounds(lo, hi, fmt)}"
+
+
+def bounds(lo: float, hi: float, fmt: str = ".3f") -> str:
+    """``[lo, hi]``, or ``[n/a]`` when the interval is unbounded (one seed)."""
+    return f"[{lo:{fmt}}, {hi:{fmt}}]" if np.isfinite([lo, hi]).all() else "[n/a]"
+
+
 def bootstrap_interval(
     x: Sequence[float], level: float = 0.95, n_boot: int = 20_000, seed: int = 0
 ) -> tuple[float, float, float]:
     """Mean and percentile bootstrap interval of the mean of ``x`` (resampling its entries)."""
     x = np.asarray(x, dtype=float)
+    if len(x) < 2:  # resampling one value gives it back: no interval, as for the t-interval
+        return float(x.mean()), -math.inf, math.inf
     rng = np.random.default_rng(seed)
     means = x[rng.integers(0, len(x), size=(n_boot, len(x)))].mean(axis=1)
     lo, hi = np.quantile(means, [0.5 - level / 2, 0.5 + level / 2])
@@ -152,7 +168,7 @@ def all_pairs(values: Mapping[str, Sequence[float]]) -> list[PairVerdict]:
 def pairs_table(pairs: Sequence[PairVerdict], what: str, family: bool = False) -> list[str]:
     """Markdown rows: A − B, mean difference, bootstrap and t intervals, verdict; with
     ``family`` the pairs are one family (:func:`holm`) and the rows add the paired-t p, its
-    Holm adjustment and the family-wise verdict."""
+    Holm adjustment and the family-wise verdict. No pairs: a sentence, not an empty table."""
     if family:
         pairs = holm(pairs)
     head = (
@@ -162,13 +178,13 @@ def pairs_table(pairs: Sequence[PairVerdict], what: str, family: bool = False) -
     if family:
         head += " paired-t p | Holm p | verdict, family-wise |"
         rule += "---:|---:|---|"
-    lines = [head, rule]
+    rows = []
     for p in pairs:
         row = (
-            f"| {p.a} | {p.b} | {p.n} | {p.mean_diff:+.3f} | [{p.boot[0]:+.3f}, {p.boot[1]:+.3f}] "
-            f"| [{p.t[0]:+.3f}, {p.t[1]:+.3f}] | {p.verdict} |"
+            f"| {p.a} | {p.b} | {p.n} | {p.mean_diff:+.3f} | {bounds(*p.boot, '+.3f')} "
+            f"| {bounds(*p.t, '+.3f')} | {p.verdict} |"
         )
         if family:
             row += f" {p.p:.3f} | {p.p_holm:.3f} | {p.verdict_holm} |"
-        lines.append(row)
-    return lines
+        rows.append(row)
+    return table([head, rule], rows, f"No pairs to compare on {what}.")

@@ -1,5 +1,5 @@
 """Thread-count benchmark: the default job's iteration time for each torch thread count,
-on the machine as it is and with competing processes (``results/threads.md``).
+on the machine as it is and with competing processes (``threads.md``).
 
 torch defaults to one intra-op thread per core. On a shared CPU those threads oversubscribe
 the cores and wait on each other, and for the tiny model the work per matrix product is too
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agentrl.bench._report import header, read_metrics, run_agentrl
+from agentrl.bench._report import SCRATCH, header, read_metrics, run_agentrl, write_markdown
 
 
 def _spin() -> None:
@@ -44,7 +44,7 @@ def _iteration_seconds(threads: int, steps: int, out: Path) -> list[float]:
 
 
 def run(
-    out_dir: str | os.PathLike = "results",
+    out_dir: str | os.PathLike = SCRATCH,
     quick: bool = False,
     log: Callable[[str], Any] = print,
 ) -> dict[tuple[int, int], float]:
@@ -97,8 +97,6 @@ def run(
         "cores the load average leaves free (all of them when idle, one here when a busy "
         "process runs beside it); the run logs its choice.",
     ]
-    path = Path(out_dir) / "threads.md"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n")
+    path = write_markdown(Path(out_dir) / "threads.md", "\n".join(lines) + "\n")
     log(f"[threads] wrote {path}")
     return medians

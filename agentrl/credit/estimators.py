@@ -43,6 +43,7 @@ import numpy as np
 
 from agentrl.configuration import ConfigError, closest, from_mapping
 from agentrl.credit.batch import StepBatch
+from agentrl.registry import same_definition, where
 
 
 @dataclass(frozen=True)
@@ -153,13 +154,18 @@ def register_estimator(
     stateful: bool = False,
     critic: str | None = None,
 ) -> Callable[[Estimator], Estimator]:
-    """Decorator registering an estimator under ``name`` with its config dataclass."""
+    """Decorator registering an estimator under ``name`` with its config dataclass.
+
+    Registering the same definition again (its module imported twice) is harmless, as for
+    environments (:func:`agentrl.registry.same_definition`).
+
+    Raises:
+        ValueError: if ``name`` is already registered to another function or options.
+    """
 
     def deco(fn: Estimator) -> Estimator:
-        if name in _ESTIMATORS:
-            raise ValueError(f"estimator {name!r} is already registered")
         hints = tuple(sorted((learner_hints or {}).items()))
-        _ESTIMATORS[name] = EstimatorSpec(
+        spec = EstimatorSpec(
             name,
             fn,
             config,
@@ -171,6 +177,12 @@ def register_estimator(
             stateful,
             critic=critic,
         )
+        old = _ESTIMATORS.get(name)
+        if old is not None and not same_definition(old, spec):
+            raise ValueError(
+                f"estimator {name!r} is already registered ({where(old.fn)}); choose another name"
+            )
+        _ESTIMATORS[name] = spec
         return fn
 
     return deco

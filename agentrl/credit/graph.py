@@ -8,7 +8,7 @@ step is *success* if the trajectory won and *failure* otherwise; time-limit trun
 goes to *failure* (STYLE.md convention 1).
 
 From the counts N(s, a, x), N(s, a) and N(s) the graph holds the group's empirical process as
-sparse matrices (ALGOS.md §2, Eq. 5; no smoothing):
+sparse matrices (docs/methods.md#crbc, Eq. 5; no smoothing):
 
 - ``mu``: (S, A) with μ(a|s) = N(s, a) / N(s) in the column of the (s, a) pair,
 - ``P``:  (A, S + 2) with P(x|s, a) = N(s, a, x) / N(s, a); columns S and S + 1 are the

@@ -2,8 +2,8 @@
 
 A :class:`SyntheticMDP` has S ordinary states, A actions and two absorbing nodes, *success*
 (node S) and *failure* (node S + 1), like the trajectory graph of :mod:`agentrl.credit.graph`. The
-behaviour policy μ is known, so the quantities CRBC estimates from rollouts (ALGOS.md §2) are
-exact here: V^μ(s), the β-discounted success probability under μ, and Q^μ(s, a)
+behaviour policy μ is known, so the quantities CRBC estimates from rollouts (docs/methods.md#crbc)
+are exact here: V^μ(s), the β-discounted success probability under μ, and Q^μ(s, a)
 (:func:`exact_values`). :func:`sample_groups` draws groups of rollouts from μ as a
 :class:`~agentrl.credit.batch.StepBatch` together with the true per-step advantage
 Q^μ(s_t, a_t) − V^μ(s_t), and :class:`SyntheticScorer` stands in for the policy model for
@@ -105,7 +105,7 @@ def exact_values(mdp: SyntheticMDP, beta: float = 0.98) -> tuple[np.ndarray, np.
     """Behaviour values V^μ (S,) and Q^μ (S, A) by one linear solve.
 
     Q(s, a) = β Σ_x P(x|s, a) V(x) with V(success) = 1 and V(failure) = 0, and
-    V(s) = Σ_a μ(a|s) Q(s, a); hence (I − β M) V = β b (ALGOS.md §2, Eqs. 8-9). V(s) is the
+    V(s) = Σ_a μ(a|s) Q(s, a); hence (I − β M) V = β b (docs/methods.md#crbc, Eqs. 8-9). V(s) is the
     β-discounted success probability under μ; β = 1 gives the plain success probability, which
     is well defined because every state reaches an absorbing node (:func:`random_mdp`
     guarantees it; otherwise the solve raises). Infinite horizon: truncation is ignored.

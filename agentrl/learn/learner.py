@@ -6,13 +6,13 @@ is the registered policy loss ``learner.loss`` (:mod:`agentrl.learn.policy_loss`
 ``ppo``, the clipped surrogate: asymmetric clip ε_low/ε_high, dual clip ``c`` for negative
 advantages, token- or step-level ratio, aggregated by ``learner.loss_agg``), after the
 ``learner.token_weights`` transforms, plus ``kl_coef``·KL to a frozen reference and minus
-``entropy_coef``·entropy (pieces in :mod:`agentrl.learn.losses`; ALGOS.md §7-8). Mini-batches
-(``learner.batching``: random, query-preserved or reward-balanced) are split into micro-batches
-by a token budget; each micro-batch's loss is normalised by the *mini-batch's* token/sequence
-counts, so gradient accumulation gives exactly the mini-batch gradient. Old log-probs come from the
-sampler or are recomputed by the trainer (``learner.old_logprobs``); the mismatch between the
-two is logged when recomputing. With ``learner.grad_cosine`` the micro-batches of a mini-batch
-run in two halves and the gradients of the halves are compared (``diag/grad_cos``,
+``entropy_coef``·entropy (pieces in :mod:`agentrl.learn.losses`; docs/methods.md#policy-losses).
+Mini-batches (``learner.batching``: random, query-preserved or reward-balanced) are split into
+micro-batches by a token budget; each micro-batch's loss is normalised by the *mini-batch's*
+token/sequence counts, so gradient accumulation gives exactly the mini-batch gradient. Old log-probs
+come from the sampler or are recomputed by the trainer (``learner.old_logprobs``); the mismatch
+between the two is logged when recomputing. With ``learner.grad_cosine`` the micro-batches of a
+mini-batch run in two halves and the gradients of the halves are compared (``diag/grad_cos``,
 ``diag/grad_snr``; :func:`gradient_halves`), from the gradients computed anyway.
 """
 
@@ -51,6 +51,7 @@ from agentrl.learn.policy_loss import (
     split_token_weight_args,
     token_weight_config,
 )
+from agentrl.model import mask_banned
 
 log = logging.getLogger("agentrl")
 
@@ -97,7 +98,7 @@ class LearnerConfig:
     mini_batch_steps: int = 0
     """Steps per optimiser step; 0 = the whole batch in one mini-batch."""
     batching: Batching = "random"
-    """How a batch is split into mini-batches (:func:`mini_batches`; ALGOS.md 7.14):
+    """How a batch is split into mini-batches (:func:`mini_batches`; docs/methods.md#batching):
     ``random``; ``query_preserved`` keeps all steps of a group in the same mini-batch;
     ``reward_balanced`` gives every mini-batch the batch's share of positive- and
     negative-advantage steps. Irrelevant with one mini-batch (``mini_batch_steps=0``)."""
@@ -206,13 +207,19 @@ class Sample:
 
 
 def response_logits(
-    model, input_ids: torch.Tensor, attention: torch.Tensor, n_last: int | None = None
+    model,
+    input_ids: torch.Tensor,
+    attention: torch.Tensor,
+    n_last: int | None = None,
+    banned: Sequence[int] = (),
 ) -> torch.Tensor:
     """Logits predicting each of the last ``n_last`` tokens (all tokens after the first if None).
 
     Args:
         input_ids, attention: (B, L) sequences and their mask; left padding is supported
             (position ids follow the mask, as in generation).
+        banned: token ids generation never emits (:func:`agentrl.model.banned_token_ids`);
+            their logits are masked so that the softmax is the sampler's distribution.
     Returns:
         (B, W, V) float32 with W = ``n_last`` or L − 1: entry t predicts token L − W + t. Only W
         positions go through the lm-head, which matters for large vocabularies.
@@ -222,7 +229,7 @@ def response_logits(
     out = model(
         input_ids=input_ids, attention_mask=attention, position_ids=positions, logits_to_keep=keep
     )
-    return out.logits[:, :-1].float()
+    return mask_banned(out.logits[:, :-1].float(), banned)
 
 
 def logprobs_from_logits(
@@ -242,17 +249,19 @@ def token_logprobs(
     attention: torch.Tensor,
     temperature: float,
     n_last: int | None = None,
+    banned: Sequence[int] = (),
 ) -> torch.Tensor:
     """Log-prob of each token given its prefix, with logits divided by ``temperature``.
 
     Args:
         input_ids, attention: (B, L) sequences and their mask (left padding supported).
         n_last: only score the last ``n_last`` tokens.
+        banned: token ids generation never emits (masked, see :func:`response_logits`).
     Returns:
         (B, L−1), or (B, n_last) with ``n_last``: entry t is the log-prob of token t+1 (of the
         scored window) given everything before it.
     """
-    logits = response_logits(model, input_ids, attention, n_last)
+    logits = response_logits(model, input_ids, attention, n_last, banned)
     return logprobs_from_logits(logits, input_ids[:, -logits.shape[1] :], temperature)
 
 
@@ -382,14 +391,20 @@ def _pack_shared(samples: Sequence[Sample], pad_id: int, device) -> dict[str, to
 
 
 def forward_chunk(
-    model, chunk: Sequence[Sample], pad_id: int, device, share_prompts: bool
+    model,
+    chunk: Sequence[Sample],
+    pad_id: int,
+    device,
+    share_prompts: bool,
+    banned: Sequence[int] = (),
 ) -> tuple[torch.Tensor, dict]:
-    """Raw logits predicting every response token of ``chunk``, and the aligned tensors.
+    """Logits predicting every response token of ``chunk``, and the aligned tensors.
 
-    Returns ``(logits, t)``: logits (S, R, V) and ``t`` with ``targets``, ``mask``, ``old``,
-    ``adv`` (and ``ref``), each (S, R). With ``share_prompts`` and at least two samples with the
-    same prompt, prompts are processed once per group (:func:`_pack_shared`); the result is the
-    same up to floating-point rounding.
+    Returns ``(logits, t)``: logits (S, R, V), untempered, with the ``banned`` tokens masked
+    (:func:`agentrl.model.mask_banned`), and ``t`` with ``targets``, ``mask``, ``old``, ``adv``
+    (and ``ref``), each (S, R). With ``share_prompts`` and at least two samples with the same
+    prompt, prompts are processed once per group (:func:`_pack_shared`); the result is the same
+    up to floating-point rounding.
     """
     if share_prompts and len({tuple(s.prompt_ids) for s in chunk}) < len(chunk):
         t = _pack_shared(chunk, pad_id, device)
@@ -399,9 +414,9 @@ def forward_chunk(
             position_ids=t["pos"],
             logits_to_keep=t["n_last"],
         )
-        return out.logits[t["row"], t["col"]].float(), t
+        return mask_banned(out.logits[t["row"], t["col"]].float(), banned), t
     t = _pack(chunk, pad_id, device)
-    return response_logits(model, t["ids"], t["attn"], t["mask"].shape[1]), t
+    return response_logits(model, t["ids"], t["attn"], t["mask"].shape[1], banned), t
 
 
 def micro_batches(samples: Sequence[Sample], token_budget: int) -> list[list[Sample]]:
@@ -440,8 +455,12 @@ def score_samples(
     token_budget: int,
     share_prompts: bool = True,
     reducer: Reducer | None = None,
+    banned: Sequence[int] = (),
 ) -> list[list[float]]:
     """Teacher-forced log-prob of every response token of ``samples``, in their order.
+
+    ``banned``: token ids generation never emits; pass :func:`agentrl.model.banned_token_ids`
+    of the tokenizer so that the log-probs are those of the distribution sampled from.
 
     Runs in eval mode (restored afterwards) in length-sorted micro-batches of at most
     ``token_budget`` padded tokens. ``reducer`` (for an FSDP model, whose forwards are
@@ -458,7 +477,7 @@ def score_samples(
             for _ in range(int(reducer.max([len(chunks)])[0]) - len(chunks)):
                 parallel.dummy_forward(model, pad_id, device)
         for chunk in chunks:
-            logits, t = forward_chunk(model, chunk, pad_id, device, share_prompts)
+            logits, t = forward_chunk(model, chunk, pad_id, device, share_prompts, banned)
             lp = logprobs_from_logits(logits, t["targets"], temperature)
             for r, s in enumerate(chunk):
                 out[index[id(s)]] = lp[r, lp.shape[1] - len(s.response_ids) :].cpu().tolist()
@@ -478,6 +497,7 @@ def map_samples(
     fn: Callable[..., torch.Tensor],
     ref_logits: Callable[[Sequence[Sample]], torch.Tensor] | None = None,
     reducer: Reducer | None = None,
+    banned: Sequence[int] = (),
 ) -> list[np.ndarray]:
     """Apply ``fn`` to the temperature-scaled logits of every response token of ``samples``.
 
@@ -502,7 +522,7 @@ def map_samples(
                 if ref_logits is not None:
                     ref_logits(None)  # the reference's forward is a collective too
         for chunk in chunks:
-            logits, t = forward_chunk(model, chunk, pad_id, device, share_prompts)
+            logits, t = forward_chunk(model, chunk, pad_id, device, share_prompts, banned)
             ref = None if ref_logits is None else ref_logits(chunk) / scale
             values = fn(logits / scale, t, ref)
             for r, s in enumerate(chunk):
@@ -583,7 +603,7 @@ def mini_batches(
     query_preserved: bool = False,
     batching: Batching | None = None,
 ) -> list[list[Sample]]:
-    """Shuffle ``samples`` into mini-batches of about ``size`` steps (ALGOS.md 7.14).
+    """Shuffle ``samples`` into mini-batches of about ``size`` steps (docs/methods.md#batching).
 
     ``batching`` (default: ``query_preserved`` if that flag is set, else ``random``):
 
@@ -679,12 +699,17 @@ class Learner:
         total_iters: int = 1,
         max_response_tokens: int = 1,
         dist: Reducer | None = None,
+        banned_ids: Sequence[int] = (),
     ):
         """``model`` is the plain transformers (or peft) module; with ``dist`` of world size
         > 1 the learner wraps it for ``cfg.strategy`` (DDP or FSDP2) and :attr:`model` is the
-        wrapped module, :attr:`module` the transformers one (for saving and generation)."""
+        wrapped module, :attr:`module` the transformers one (for saving and generation).
+        ``banned_ids``: the token ids the sampler never emits
+        (:func:`agentrl.model.banned_token_ids`); the learner normalises over the same
+        vocabulary as the sampler, so their probability is 0 and their logits get no gradient."""
         self.cfg = cfg
         self.pad_id = pad_id
+        self.banned = tuple(banned_ids)
         self.dist: Reducer = dist or _Alone()
         self.temperature = temperature if temperature > 0 else 1.0
         self.loss_scale = float(cfg.loss_scale or max_response_tokens)
@@ -753,6 +778,7 @@ class Learner:
                 self.cfg.micro_batch_tokens,
                 self.cfg.share_prompts,
                 reducer=self.dist if parallel.needs_lockstep(model) else None,
+                banned=self.banned,
             )
         parallel.reshard(model)
         return out
@@ -891,7 +917,9 @@ class Learner:
         tokens. The loss is multiplied by the world size because DDP and FSDP average gradients
         over the ranks while the denominators in ``agg`` are already global."""
         cfg = self.cfg
-        logits, t = forward_chunk(self.model, chunk, self.pad_id, device, cfg.share_prompts)
+        logits, t = forward_chunk(
+            self.model, chunk, self.pad_id, device, cfg.share_prompts, self.banned
+        )
         mask = t["mask"]
         logp = logprobs_from_logits(logits, t["targets"], self.temperature)
         if cfg.entropy_coef > 0:
@@ -963,7 +991,9 @@ class Learner:
             if peft:
                 model.eval()  # no dropout in the reference
             with torch.no_grad(), ctx:
-                logits, _ = forward_chunk(model, chunk, self.pad_id, device, self.cfg.share_prompts)
+                logits, _ = forward_chunk(
+                    model, chunk, self.pad_id, device, self.cfg.share_prompts, self.banned
+                )
         finally:
             model.train(was_training)
         return logits
@@ -1041,6 +1071,7 @@ class _PrepareContext:
             fn,
             ref_logits=(lambda c: lr._ref_logits(c, device)) if reference else None,
             reducer=lr.dist if lockstep else None,
+            banned=lr.banned,
         )
         parallel.reshard(lr.module)
         return out

@@ -1,4 +1,4 @@
-"""Policy-loss pieces as pure tensor functions (ALGOS.md §8, after verl's ``core_algos``).
+"""Policy-loss pieces as pure tensor functions (docs/methods.md#ppo, after verl's ``core_algos``).
 
 Shapes: B sequences (one per environment step: the response of that step), T response tokens,
 ``mask`` (B, T) marks real tokens. Every loss returns ``(loss, metrics)``.

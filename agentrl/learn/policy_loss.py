@@ -9,7 +9,7 @@ the loss's own frozen config dataclass, built from ``learner.loss_args``. Regist
     def cispo(inp, cfg): ...
 
 and select with ``learner.loss=cispo learner.loss_args={eps_high: 0.28}``. ``ppo`` (the clipped
-surrogate of ALGOS.md §8, configured by the ``learner.clip_*``/``ratio_level`` fields) is
+surrogate of docs/methods.md#ppo, configured by the ``learner.clip_*``/``ratio_level`` fields) is
 registered here and is the default; the other losses live in ``agentrl.algos`` and are found the
 way estimators are: the first lookup of an unknown name imports the plugin group
 ``agentrl.algos`` (the bundled methods, then the entry points of that group), so a third-party
@@ -48,6 +48,7 @@ import torch
 
 from agentrl.configuration import ConfigError, closest, from_mapping
 from agentrl.learn.losses import LossAgg, aggregate_loss, clipped_surrogate, policy_ratio
+from agentrl.registry import same_definition, where
 
 __all__ = [
     "Aggregator",
@@ -228,14 +229,19 @@ def register_policy_loss(
 ) -> Callable[[PolicyLossFn], PolicyLossFn]:
     """Decorator registering a policy loss under ``name`` with its config dataclass.
 
+    Registering the same definition again (its module imported twice) is harmless.
+
     Raises:
-        ValueError: if ``name`` is already registered.
+        ValueError: if ``name`` is already registered to another function or options.
     """
 
     def deco(fn: PolicyLossFn) -> PolicyLossFn:
-        if name in _LOSSES:
-            raise ValueError(f"policy loss {name!r} is already registered")
-        _LOSSES[name] = LossSpec(name, fn, config, tuple(metrics), needs_ref, prepare)
+        spec = LossSpec(name, fn, config, tuple(metrics), needs_ref, prepare)
+        if name in _LOSSES and not same_definition(_LOSSES[name], spec):
+            raise ValueError(
+                f"policy loss {name!r} is already registered ({where(_LOSSES[name].fn)})"
+            )
+        _LOSSES[name] = spec
         return fn
 
     return deco
@@ -246,14 +252,20 @@ def register_token_weight(
 ) -> Callable[[TokenWeightFn], TokenWeightFn]:
     """Decorator registering a token-weight transform under ``name``.
 
+    Registering the same definition again (its module imported twice) is harmless.
+
     Raises:
-        ValueError: if ``name`` is already registered.
+        ValueError: if ``name`` is already registered to another function or options.
     """
 
     def deco(fn: TokenWeightFn) -> TokenWeightFn:
-        if name in _TOKEN_WEIGHTS:
-            raise ValueError(f"token-weight transform {name!r} is already registered")
-        _TOKEN_WEIGHTS[name] = TokenWeightSpec(name, fn, config, tuple(metrics))
+        spec = TokenWeightSpec(name, fn, config, tuple(metrics))
+        if name in _TOKEN_WEIGHTS and not same_definition(_TOKEN_WEIGHTS[name], spec):
+            raise ValueError(
+                f"token-weight transform {name!r} is already registered "
+                f"({where(_TOKEN_WEIGHTS[name].fn)})"
+            )
+        _TOKEN_WEIGHTS[name] = spec
         return fn
 
     return deco
@@ -350,7 +362,7 @@ def split_token_weight_args(
 
 
 # ---------------------------------------------------------------------------------------------
-# The default loss: PPO's clipped surrogate (ALGOS.md §8), configured by the learner's fields.
+# The default loss: PPO's clipped surrogate (docs/methods.md#ppo), set by the learner's fields.
 
 
 def ppo_loss(inp: LossInputs, cfg: NoLossConfig) -> tuple[torch.Tensor, dict[str, Any]]:

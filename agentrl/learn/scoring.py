@@ -4,6 +4,7 @@
 
     ℓ = (1/|y|) Σ_k log softmax(logits_k / temperature)[y_k]
 
+over the vocabulary the policy samples from (the pad token masked, :mod:`agentrl.model.vocab`)
 of the response tokens y given the chat-formatted context (a user turn, formatted and truncated
 to its last ``max_prompt_tokens`` tokens exactly as the rollout prompts are, via
 :func:`~agentrl.rollout.encode_prompt`). Shapes: n pairs in, (n,) float64 out. Pairs are scored
@@ -11,8 +12,9 @@ under ``torch.no_grad()`` in left-padded micro-batches of at most ``token_budget
 using the learner's :func:`~agentrl.learn.learner.score_samples`, so a score does not depend on
 which other pairs share its micro-batch.
 
-Departures: the response is re-tokenized from its text (``add_special_tokens=False``), so it can
-differ from the sampled token ids (e.g. no trailing EOS); estimators compare scores of the same
+Departures: the response is re-tokenized from its text (``add_special_tokens=False``, and text
+that spells a special token such as ``<|pad|>`` stays plain text), so it can differ from the
+sampled token ids (e.g. no trailing EOS); estimators compare scores of the same
 response under two contexts (RELACE), for which only consistency matters. An empty response
 scores 0.0. A context that tokenizes to nothing (no chat template, empty text) is given the
 tokenizer's BOS/EOS token as the only prefix, since the first response token needs one.
@@ -25,6 +27,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from agentrl.learn.learner import Sample, score_samples
+from agentrl.model import banned_token_ids
 from agentrl.rollout import encode_prompt
 
 
@@ -56,12 +59,14 @@ class PolicyScorer:
         self.temperature = float(temperature)
         self.max_prompt_tokens = max_prompt_tokens
         self.token_budget = token_budget
+        self.banned = banned_token_ids(tokenizer)
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else (tokenizer.eos_token_id or 0)
 
     def _encode(self, context: str, response: str) -> tuple[list[int], list[int]]:
         tok = self.tokenizer
-        resp = tok(response, add_special_tokens=False)["input_ids"]
+        # Model output that spells "<|pad|>" is text, not the (never sampled) pad token.
+        resp = tok(response, add_special_tokens=False, split_special_tokens=True)["input_ids"]
         prompt = encode_prompt(tok, context, self.max_prompt_tokens)
         if not prompt:
             start = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
@@ -81,7 +86,12 @@ class PolicyScorer:
                 samples.append(Sample(prompt, resp, [0.0] * len(resp), 0.0))
         if samples:
             logps = score_samples(
-                self.model, samples, self.pad_id, self.temperature, self.token_budget
+                self.model,
+                samples,
+                self.pad_id,
+                self.temperature,
+                self.token_budget,
+                banned=self.banned,
             )
             out[rows] = [float(np.mean(lp)) for lp in logps]
         return out

@@ -3,8 +3,9 @@
 A backend turns token-id prompts into responses with token ids, text and per-token sampling
 log-probs. ``hf`` (transformers ``generate``, CPU or GPU) is always available; ``vllm`` lives in
 :mod:`agentrl.rollout.vllm_backend`. Sampling log-probs are ``log_softmax(logits /
-temperature)`` of the raw logits — the same quantity the learner recomputes — without the
-top-k/top-p truncation.
+temperature)`` over the vocabulary the policy samples from (the pad token, which is never
+generated, masked: :mod:`agentrl.model.vocab`) — the same quantity the learner recomputes —
+without the top-k/top-p truncation.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import torch
+
+from agentrl.model import banned_token_ids, mask_banned
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,7 @@ class HFBackend:
         tok = self.tokenizer
         device = next(self.model.parameters()).device
         pad, eos = tok.pad_token_id, tok.eos_token_id
+        banned = banned_token_ids(tok)
         width = max(len(p) for p in prompts)
         input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)  # (B, T) left-padded
         attention = torch.zeros((len(prompts), width), dtype=torch.long)
@@ -93,7 +97,7 @@ class HFBackend:
             pad_token_id=pad,
             eos_token_id=eos,
             # A sampled pad would be indistinguishable from padding after the end.
-            suppress_tokens=[pad] if pad != eos else None,
+            suppress_tokens=list(banned) or None,
             stop_strings=list(sampling.stop_strings) or None,
             output_logits=True,
             return_dict_in_generate=True,
@@ -109,7 +113,8 @@ class HFBackend:
         if was_training:
             self.model.train()
         seqs = res.sequences[:, width:].cpu()  # (B, L)
-        logits = torch.stack(res.logits, dim=1).float()  # (B, L, V) raw
+        # (B, L, V) raw logits, then the distribution sampled from: the learner's (no pad).
+        logits = mask_banned(torch.stack(res.logits, dim=1).float(), banned)
         temp = 1.0 if greedy else sampling.temperature
         logp = torch.log_softmax(logits / temp, dim=-1)
         token_logp = logp.gather(-1, seqs.to(logp.device).unsqueeze(-1)).squeeze(-1).cpu()  # (B, L)

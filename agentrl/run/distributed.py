@@ -70,6 +70,14 @@ class Dist:
         if self.enabled:
             torch.distributed.barrier()
 
+    def from_main(self, obj: Any) -> Any:
+        """Rank 0's ``obj`` on every rank (pickled: small objects only)."""
+        if not self.enabled:
+            return obj
+        box = [obj]
+        torch.distributed.broadcast_object_list(box, src=0)
+        return box[0]
+
     @property
     def device(self) -> torch.device:
         """Where collective buffers live: the rank's GPU under NCCL, else the CPU."""
@@ -96,11 +104,18 @@ def init_distributed(timeout_s: float, use_cuda: bool) -> Dist:
     return Dist(rank=rank, world=world, local_rank=local_rank)
 
 
-def shutdown(dist: Dist) -> None:
-    """Leave the process group; the barrier first lets every rank finish its last collective
-    (without it a rank was seen to abort at exit although its work was done)."""
+def shutdown(dist: Dist, failed: bool = False) -> None:
+    """Leave the process group.
+
+    After a normal end the barrier first lets every rank finish its last collective (without
+    it a rank was seen to abort at exit although its work was done). After a failure
+    (``failed``) there is no barrier: the other ranks wait in some other collective, so a
+    barrier would hang this rank until ``trainer.dist_timeout_s``; leaving at once closes its
+    connections, the others fail within seconds and torchrun stops the job.
+    """
     if dist.enabled and torch.distributed.is_initialized():
-        torch.distributed.barrier()
+        if not failed:
+            torch.distributed.barrier()
         torch.distributed.destroy_process_group()
 
 

@@ -44,6 +44,7 @@ from agentrl.configuration import ConfigError, check, from_mapping, to_dict
 from agentrl.learn.learner import Sample, forward_chunk, micro_batches
 from agentrl.learn.model import save_model
 from agentrl.learn.value import new_value_head, prompt_hidden, save_value_head
+from agentrl.model import banned_token_ids
 from agentrl.registry import env_spec, make
 from agentrl.rollout import encode_prompt
 from agentrl.rollout.prompting import build_prompt
@@ -235,15 +236,18 @@ def sft_step(
     returns: np.ndarray,
     pad_id: int,
     cfg: SFTConfig,
+    banned: Sequence[int] = (),
 ) -> dict[str, float]:
     """Gradients of one step (not applied): token-mean cross-entropy of the response tokens
-    over the batch (+ ``value_coef`` × mean ½(V − G)² when ``head`` is given); its metrics."""
+    over the batch (+ ``value_coef`` × mean ½(V − G)² when ``head`` is given); its metrics.
+    ``banned``: token ids generation never emits, masked as the learner masks them, so the
+    cloned distribution is the one sampled from and the token accuracy is greedy decoding's."""
     device = next(model.parameters()).device
     n_tokens = sum(len(s.response_ids) for s in batch)
     index = {id(s): i for i, s in enumerate(batch)}
     loss_sum = correct = value_sum = 0.0
     for chunk in micro_batches(batch, cfg.micro_batch_tokens):
-        logits, t = forward_chunk(model, chunk, pad_id, device, share_prompts=False)
+        logits, t = forward_chunk(model, chunk, pad_id, device, False, banned)
         mask = t["mask"]
         b, w, v = logits.shape
         nll = F.cross_entropy(logits.reshape(b * w, v), t["targets"].reshape(-1), reduction="none")
@@ -326,6 +330,7 @@ def train_sft(run_cfg: RunConfig, cfg: SFTConfig, out_dir: str | Path) -> dict[s
         params += list(head.parameters())
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    banned = banned_token_ids(tokenizer)
     batches = _batches(len(samples), min(cfg.batch_size, len(samples)), rng)
     metrics: dict[str, float] = {}
     window: dict[str, list[float]] = {}
@@ -335,7 +340,8 @@ def train_sft(run_cfg: RunConfig, cfg: SFTConfig, out_dir: str | Path) -> dict[s
         for step in range(1, cfg.steps + 1):
             idx = next(batches)
             opt.zero_grad(set_to_none=True)
-            stepped = sft_step(model, head, [samples[i] for i in idx], returns[idx], pad_id, cfg)
+            batch = [samples[i] for i in idx]
+            stepped = sft_step(model, head, batch, returns[idx], pad_id, cfg, banned)
             if cfg.max_grad_norm > 0:
                 norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
                 stepped["sft/grad_norm"] = float(norm)

@@ -48,6 +48,7 @@ from agentrl.learn.model import (
     save_model,
 )
 from agentrl.learn.parallel import resolve_strategy
+from agentrl.model import banned_token_ids
 from agentrl.registry import env_spec, make
 from agentrl.rollout import HFBackend, Sampling, collect
 from agentrl.rollout.env_pool import make_pool
@@ -272,19 +273,29 @@ class Evaluator:
         )
 
     def run(self) -> tuple[dict[str, float], list[TrajectoryGroup]]:
-        groups = collect(
-            self.envs,
-            self.seeds,
-            self.backend,
-            self.tokenizer,
-            self.cfg.rollout,
-            self.sampling,
-            options={"split": "eval"},
-        )
+        # Sampled evaluations draw from a stream of their own, the same at every evaluation:
+        # the score is a function of the policy alone (a checkpoint re-evaluated scores the
+        # same; successive evaluations share their random numbers, so their difference is the
+        # policy's), and training's sampling does not depend on how often it is evaluated.
+        with torch.random.fork_rng(devices=_cuda_devices()):
+            torch.manual_seed(self.cfg.trainer.seed + EVAL_SEED_BASE + self.dist.rank)
+            groups = collect(
+                self.envs,
+                self.seeds,
+                self.backend,
+                self.tokenizer,
+                self.cfg.rollout,
+                self.sampling,
+                options={"split": "eval"},
+            )
         all_groups, _ = gather_groups(groups, self.dist)
         batch = StepBatch.from_groups(all_groups)
         metrics = {**env_metrics(batch, "eval"), **per_type_success(all_groups, "eval")}
         return {**metrics, **env_scores(all_groups, "eval")}, groups
+
+
+def _cuda_devices() -> list[int]:
+    return list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
 
 
 def make_backend(cfg: RunConfig, model, tokenizer, out_dir: Path):
@@ -370,6 +381,24 @@ def load_trainer_state(path: Path) -> dict:
         ) from None
 
 
+def check_resume_world(path: Path, world: int) -> None:
+    """Refuse to resume checkpoint ``path`` with another world size than the one that wrote it
+    (the optimizer shards and per-rank states would not match the ranks)."""
+    # One process writes trainer_state.pt (with the optimizer: large, so not read here);
+    # several ranks write small trainer_state_rank<r>.pt files that record the world size.
+    if (path / "trainer_state.pt").exists():
+        saved = 1
+    else:
+        saved = int(load_trainer_state(path / "trainer_state_rank0.pt").get("world_size", 1))
+    if saved != world:
+        raise ConfigError(
+            f"{path} was written by {saved} rank(s) and this run has {world}: resume with the "
+            "same world size (torchrun --nproc_per_node x --nnodes), or start a new run from "
+            f"its weights with model.name_or_path={path} (optimizer state is then not carried "
+            "over)"
+        )
+
+
 def _metrics_rows_kept(path: Path, start: int) -> None:
     """On resume, drop ``metrics.jsonl`` rows past the checkpoint: those iterations are replayed.
 
@@ -383,26 +412,106 @@ def _metrics_rows_kept(path: Path, start: int) -> None:
     path.write_text("".join(k + "\n" for k in kept))
 
 
+def check_shards(cfg: RunConfig, world: int) -> None:
+    """Refuse a job in which some rank would get no task group or no evaluation episode.
+
+    The ranks split ``rollout.n_tasks`` groups and ``trainer.eval_episodes`` episodes into
+    contiguous shards; an empty shard has nothing to roll out and its metrics divide by zero
+    mid-run, so the job is refused at start-up with the numbers that do not fit.
+    """
+    if world <= 1:
+        return
+    problems = []
+    if cfg.trainer.steps > 0 and cfg.rollout.n_tasks < world:
+        problems.append(f"rollout.n_tasks={cfg.rollout.n_tasks} < {world} ranks")
+    if cfg.trainer.eval_every > 0 and cfg.trainer.eval_episodes < world:
+        problems.append(f"trainer.eval_episodes={cfg.trainer.eval_episodes} < {world} ranks")
+    if problems:
+        raise ConfigError(
+            f"every one of the {world} ranks needs at least one task group and one evaluation "
+            f"episode: {'; '.join(problems)}. Raise them to >= {world}, or launch fewer ranks"
+        )
+
+
 def train(cfg: RunConfig, out_dir: str | Path) -> dict[str, float]:
     """Train the policy described by ``cfg``; return the last iteration's metrics.
 
     Under ``torchrun`` every rank calls this with the same config (SPMD, see
-    :mod:`agentrl.run.distributed`); rank 0 holds an exclusive lock on ``out_dir``
-    (:func:`exclusive_run_dir`) and writes the logs, the others only their shard of the state.
+    :mod:`agentrl.run.distributed`); rank 0 chooses the run folder (its ``out_dir``; the
+    others' is ignored), holds an exclusive lock on it (:func:`exclusive_run_dir`) and writes
+    the logs, the others only their shard of the state. At the end rank 0 prints a summary
+    (:func:`print_summary`).
     """
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     device = _device(cfg.trainer.device)
     dist = init_distributed(cfg.trainer.dist_timeout_s, device.type == "cuda")
+    failed = True
     try:
+        check_shards(cfg, dist.world)
+        # One run, one folder: without trainer.out_dir each rank's Hydra picks a folder of its
+        # own (timestamped), which would split the checkpoint shards across folders.
+        out_dir = Path(dist.from_main(str(out_dir)))
+        out_dir.mkdir(parents=True, exist_ok=True)
         if dist.enabled and device.type == "cuda":
             device = torch.device("cuda", dist.local_rank)
         lock = exclusive_run_dir(out_dir) if dist.is_main else nullcontext()
         with lock:
             dist.barrier()  # no rank starts writing before rank 0 holds the lock
-            return Trainer(cfg, out_dir, dist, device).run()
+            trainer = Trainer(cfg, out_dir, dist, device)
+            metrics = trainer.run()
+        print_summary(out_dir, trainer.last_checkpoint, dist.is_main)
+        failed = False
+        return metrics
+    except BaseException as exc:
+        if dist.enabled and not isinstance(exc, ConfigError):
+            # Said before leaving: the other ranks fail only once this one has left, so this
+            # line comes before their connection errors in the job's output.
+            log.error(
+                "rank %d of %d failed (%s: %s); leaving the job so that torchrun stops it",
+                dist.rank,
+                dist.world,
+                type(exc).__name__,
+                exc,
+            )
+        raise
     finally:
-        shutdown(dist)
+        shutdown(dist, failed=failed)
+
+
+def run_summary(rows: list[dict], out_dir: Path, checkpoint: Path | None) -> str:
+    """The closing block of a run, from its ``metrics.jsonl`` rows: final train and eval
+    success (with the untrained evaluation of iteration 0, when there was one), where the
+    run is, its last checkpoint and how to view it."""
+    lines = []
+    trained = [r for r in rows if "env/success" in r]
+    evals = [r for r in rows if "eval/success" in r]
+    if trained:
+        last = trained[-1]
+        lines.append(
+            f"  train success   {last['env/success']:.3f}  (iteration {last['iteration']})"
+        )
+    if evals:
+        last = evals[-1]
+        untrained = next((r for r in evals if r["iteration"] == 0), None)
+        text = f"  eval success    {last['eval/success']:.3f}  (iteration {last['iteration']}"
+        if untrained is not None and untrained is not last:
+            text += f"; untrained, iteration 0: {untrained['eval/success']:.3f}"
+        lines.append(text + ")")
+    lines += [
+        f"  run folder      {out_dir}",
+        f"  last checkpoint {checkpoint if checkpoint is not None else 'none saved'}",
+        f"  view it with    tensorboard --logdir {out_dir / 'tb'}",
+    ]
+    return "\n".join(["", "agentrl: run finished", *lines])
+
+
+def print_summary(out_dir: Path, checkpoint: Path | None, is_main: bool) -> None:
+    """Print :func:`run_summary` to stdout (visible even when logging is quiet); only the
+    main rank prints, the others hold no ``metrics.jsonl`` of their own."""
+    if not is_main:
+        return
+    path = out_dir / "metrics.jsonl"
+    rows = [json.loads(ln) for ln in path.read_text().splitlines() if ln] if path.exists() else []
+    print(run_summary(rows, out_dir, checkpoint), flush=True)
 
 
 def _strip_tokens(groups: list[TrajectoryGroup]) -> list[TrajectoryGroup]:
@@ -479,6 +588,9 @@ class Trainer:
         self.resume_from = _latest_checkpoint(out_dir) if tc.resume else None
         if tc.resume and self.resume_from is None:
             log.info("trainer.resume: no checkpoint in %s, starting from scratch", out_dir)
+        if self.resume_from is not None:  # refused before anything in the folder is written
+            check_resume_world(self.resume_from, dist.world)
+        self.last_checkpoint = self.resume_from
         if dist.is_main:
             (out_dir / "run_config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         threads, why = choose_num_threads(
@@ -524,6 +636,7 @@ class Trainer:
             total_iters=tc.steps,
             max_response_tokens=rc.max_new_tokens,
             dist=dist,
+            banned_ids=banned_token_ids(self.tokenizer),
         )
         self.sampling = Sampling(
             max_new_tokens=rc.max_new_tokens,
@@ -612,18 +725,13 @@ class Trainer:
                 n for n in ("trainer_state.pt", "trainer_state_rank0.pt") if (path / n).exists()
             )
         state = load_trainer_state(path / name)
-        saved_world = int(state.get("world_size", 1))
-        if saved_world != self.dist.world:
-            raise ConfigError(
-                f"{path} was written by {saved_world} rank(s) and this run has "
-                f"{self.dist.world}: resume with the same world size (torchrun "
-                "--nproc_per_node x --nnodes), or start a new run from its weights with "
-                f"model.name_or_path={path} (optimizer state is then not carried over)"
-            )
         if self.dist.enabled:
             from agentrl.learn.parallel import load_optimizer
 
-            load_optimizer(self.learner.model, self.learner.optimizer, path / "optimizer")
+            # No shards: saved before the first step (trainer.save_initial), when the
+            # optimizer had no state yet; it starts fresh, as it did then.
+            if (path / "optimizer").exists():
+                load_optimizer(self.learner.model, self.learner.optimizer, path / "optimizer")
             state["learner"]["optimizer"] = self.learner.optimizer.state_dict()
             self.local_rng.bit_generator.state = state["local_numpy_rng"]
         self.learner.load_state_dict(state["learner"])
@@ -663,7 +771,12 @@ class Trainer:
             save_model(self.policy, self.tokenizer, path, self.cfg.model)
             (path / "agentrl_config.json").write_text(json.dumps(self.cfg.to_dict(), indent=2))
         self.dist.barrier()
-        save_optimizer(self.learner.model, self.learner.optimizer, path / "optimizer")
+        # torch initialises an empty optimizer's state for saving by taking a step with lr 0,
+        # which counts as a step in Adam's bias correction: before the first update
+        # (trainer.save_initial) there is nothing to save, so nothing is touched. The ranks
+        # decide together, since saving is a collective.
+        if self.dist.max([float(bool(self.learner.optimizer.state))])[0] > 0:
+            save_optimizer(self.learner.model, self.learner.optimizer, path / "optimizer")
         name = f"trainer_state_rank{self.dist.rank}"
         torch.save(self._state(iteration), path / f"{name}.tmp")
         (path / f"{name}.tmp").replace(path / f"{name}.pt")
@@ -680,7 +793,7 @@ class Trainer:
 
         tc, main = self.cfg.trainer, self.dist.is_main
         if tc.save_initial and self.start == 0:
-            self.save(0)
+            self.last_checkpoint = self.save(0)
         writer = None
         metrics_path = self.out_dir / "metrics.jsonl"
         if main:
@@ -728,7 +841,8 @@ class Trainer:
                 )
             _log_iteration(it + 1, tc.steps, metrics)
             if last or (tc.save_every and (it + 1) % tc.save_every == 0):
-                log.info("saved checkpoint %s", self.save(it + 1))
+                self.last_checkpoint = self.save(it + 1)
+                log.info("saved checkpoint %s", self.last_checkpoint)
         if writer is not None:
             writer.close()
         self.envs.close()

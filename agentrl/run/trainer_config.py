@@ -18,7 +18,8 @@ class TrainerConfig:
     seed: int = 0
     """Seeds the model initialisation, sampling, task draws and mini-batch order."""
     out_dir: str = ""
-    """Where logs and checkpoints go; empty = Hydra's run directory under runs/."""
+    """Where logs and checkpoints go; empty = Hydra's run directory under runs/ (under torchrun
+    rank 0's, which every rank then writes to)."""
     save_every: int = 5
     """Save a checkpoint every N iterations (0 = only at the end); the last one is always saved."""
     resume: bool = False

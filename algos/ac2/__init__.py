@@ -1,4 +1,4 @@
-"""AC2 advantage (``algo=ac2``): endpoint value minus its prefix group's mean (ALGOS.md §5).
+"""AC2 advantage (``algo=ac2``): endpoint value minus its prefix group's mean (docs/methods.md#ac2).
 
 Each step of the batch is one continuation of a prefix (the prefix sits in the prompt, so only
 the new tokens are trained); its reward is the endpoint value that :class:`agentrl.algos.ac2.driver.

@@ -1,7 +1,7 @@
 """AC2: actor-critic over action chunks with a critic that shares the policy's weights.
 
-ALGOS.md §5 (Wen, Bailey, Mahankali, Ma; repo ``richardxd/AC2``). A *state* is a problem plus a
-token prefix of an earlier attempt; an *action chunk* is at most ``chunk_tokens`` new tokens
+docs/methods.md#ac2 (Wen, Bailey, Mahankali, Ma; repo ``richardxd/AC2``). A *state* is a problem
+plus a token prefix of an earlier attempt; an *action chunk* is at most ``chunk_tokens`` new tokens
 continuing it. The critic is the policy model itself, asked a value prompt ("how much rubric
 credit will this attempt earn if continued?") and answering on the grid {0, 0.1, …, 1}.
 
@@ -308,7 +308,7 @@ class ReplayBuffer:
 
 
 def value_prompt(problem: str, attempt: str, reference: str | None) -> str:
-    """The critic's question (ALGOS.md §5), with or without a reference solution."""
+    """The critic's question (docs/methods.md#ac2), with or without a reference solution."""
     parts = [
         f"Problem:\n{problem.strip()}",
         f"Partial attempt:\n{attempt.strip() or '(nothing yet)'}",

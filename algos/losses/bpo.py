@@ -1,4 +1,4 @@
-"""BPO, Bellman Policy Optimization (``learner.loss=bpo``; ALGOS.md 7.6, TRL ``bpo``).
+"""BPO, Bellman Policy Optimization (``learner.loss=bpo``; docs/methods.md#bpo, TRL ``bpo``).
 
 From policy mirror descent and Bellman telescoping, Σ_t A^μ(s_t, y_t) = R − V^μ(x), so a
 sequence-level advantage Â = R − V̂(x) (V̂: the group mean; ``algo=grpo algo.norm_by_std=false``)

@@ -1,8 +1,8 @@
 """KLPO (``learner.loss=klpo``): KL-regularised policy optimisation anchored at the sampler.
 
-ALGOS.md 7.5 (Yifan Zhang, arXiv 2610.08963, repo ``yifanzhang-pro/KLPO``). The local objective
-E_π[A] − β·KL(π‖π_sam) has the Gibbs optimum β·log(π⁺/π_sam) = A − c*, which KLPO fits by
-least squares, token by token. The default, token regression with a Monte-Carlo KL term:
+docs/methods.md#klpo (Yifan Zhang, arXiv 2610.08963, repo ``yifanzhang-pro/KLPO``). The local
+objective E_π[A] − β·KL(π‖π_sam) has the Gibbs optimum β·log(π⁺/π_sam) = A − c*, which KLPO
+fits by least squares, token by token. The default, token regression with a Monte-Carlo KL term:
 
     h_t = R_t − β·ℓ_t,   ℓ_t = log p(y_t) − log q(y_t)
     L   = −mean_responses Σ_t sg(h_t)·(log p(y_t) − (1/M) Σ_j log p(v_{t,j})),  v_{t,j} ~ q

@@ -1,9 +1,9 @@
-"""Negative token filtering (``learner.token_weights=[ntf]``; ALGOS.md 7.11).
+"""Negative token filtering (``learner.token_weights=[ntf]``; docs/methods.md#ntf).
 
 "Rethinking Groups in Critic-Free RLVR" (Wu, Ma et al., arXiv 2606.17250): with one rollout per
 prompt and a batch-level baseline, the group's real job is to stop *false penalties* on
-negative samples — tokens a failed response shares with correct ones. [R] (ALGOS.md has the
-abstract only): tokens of negative-advantage responses whose *sampling* probability μ(y_t) is
+negative samples — tokens a failed response shares with correct ones. [R] (only the abstract
+was available): tokens of negative-advantage responses whose *sampling* probability μ(y_t) is
 high are masked out of the policy loss, either every token with μ > ``threshold``
 (``mode=prob``) or the ⌈``top_q``·n⌉ most probable tokens of each response (``mode=top_q``,
 ties broken by position). Positive- and zero-advantage tokens are never filtered. A token

@@ -1,4 +1,4 @@
-"""TACO, Tail-Aware Credit Calibration (``learner.token_weights=[taco]``; ALGOS.md 7.7).
+"""TACO, Tail-Aware Credit Calibration (``learner.token_weights=[taco]``; docs/methods.md#taco).
 
 Repo ``xiuyilou/TACO`` (arXiv 2607.07976). A positive advantage on a token from the policy's
 tail — far more surprising than the position's entropy — is likely luck rather than skill, so it

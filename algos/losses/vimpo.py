@@ -1,4 +1,4 @@
-"""VIMPO (``learner.loss=vimpo``): the policy as its own value function (ALGOS.md 7.10).
+"""VIMPO (``learner.loss=vimpo``): the policy as its own value function (docs/methods.md#vimpo).
 
 Repo ``backprop07/VIMPO`` (arXiv 2606.20008). With a frozen reference π_ref, the KL-regularised
 optimum makes ρ_t = β·log(π_θ/π_ref)(y_t) an implied per-token reward and κ_t = β·KL(π_θ‖π_ref)(s_t)
@@ -13,7 +13,7 @@ Gibbs optimum π ∝ π_ref·exp(A/β). Here a response is one environment step,
 episode each step regresses its own step advantage.
 
 The optional actor branch adds c_A·L_A, a PPO clipped surrogate whose advantage is the detached
-*policy-implied TD advantage*. [R] ALGOS.md gives no formula for it; this module takes the
+*policy-implied TD advantage*. [R] No formula was available (docs/methods.md#vimpo); we take the
 implied values V̂(s_t) = Σ_{k<t} (ρ_k − κ_k) (the value loss fits their total to the
 advantage), so the TD advantage is V̂(s_{t+1}) − V̂(s_t) = ρ_t − κ_t. As a PPO advantage it is
 computed once per update with the pre-update policy (the ``prepare`` hook: one no-grad pass of

@@ -146,10 +146,15 @@ def generated_games(
     # Different splits draw from different streams of the same seed.
     split_seed = seed * 1000 + SPLITS.index(split) if split in SPLITS else seed * 1000 + 7
     log.warning(
-        "ALFWorld: no official data; generating %d %s games into %s (first use only)",
+        "ALFWorld: no official data; generating %d %s games into %s (first use only; each game "
+        "is solved by the planner, about 1-4 s per game on 2 cores). To do it ahead of a run: "
+        "python -m agentrl.envs.alfworld.generate --cache --n %d --seed %d --task-types %s",
         n,
         split,
         out,
+        n,
+        seed,
+        " ".join(map(str, types)),
     )
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     # Worker processes pay off from a few dozen games (each starts in ~2 s); a daemonic process

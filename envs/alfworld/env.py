@@ -114,13 +114,7 @@ def game_list(cfg: ALFWorldConfig, split: str) -> tuple[list[str], bool]:
             progress=cfg.progress,
         )
         generated = True
-        log.warning(
-            "ALFWorld %s: %d GENERATED games (no official data; set ALFWORLD_DATA to use the "
-            "official splits). Results on them are not comparable to published ALFWorld "
-            "numbers.",
-            split,
-            len(games),
-        )
+        log.info("ALFWorld %s: %d generated games", split, len(games))
     if cfg.num_games:
         games = games[: cfg.num_games]
     _GAME_LISTS[key] = (games, generated)
@@ -158,6 +152,18 @@ class ALFWorldEnv(TextEnv):
         self._anchor_obs = ""
         self._executed: list[str] = []  # commands executed this episode (for demonstration)
         self._walkthroughs: dict[str, list[str] | None] = {}
+
+    @property
+    def data_notice(self) -> str | None:  # type: ignore[override]
+        """Said once per run by the env pools: generated games are not the official splits."""
+        from . import data
+
+        if data.official_root(self.cfg.data_dir) is not None:
+            return None
+        return (
+            "ALFWorld: no official data (set ALFWORLD_DATA or env.data_dir), so the games are "
+            "GENERATED: results on them are not comparable to published ALFWorld numbers"
+        )
 
     def prepare(self) -> None:
         """Find (or generate) the training and evaluation games now, in this process.

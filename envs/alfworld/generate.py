@@ -601,8 +601,29 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m agentrl.envs.alfworld.generate",
         description="Write solvable ALFWorld-format games (generated, not the official splits).",
     )
-    p.add_argument("--out", required=True, type=Path, help="folder to write game folders into")
-    p.add_argument("--n", required=True, type=int, help="number of games")
+    p.add_argument("--out", type=Path, help="folder to write game folders into")
+    p.add_argument(
+        "--cache",
+        action="store_true",
+        help="fill the cache that runs read (env.generated_games/generated_seed/task_types, "
+        "the splits of --splits), instead of writing to --out",
+    )
+    p.add_argument(
+        "--cache-dir",
+        default="",
+        help="with --cache: env.cache_dir (default $AGENTRL_CACHE/alfworld or "
+        "~/.cache/agentrl/alfworld)",
+    )
+    p.add_argument(
+        "--splits",
+        nargs="+",
+        default=["train", "valid_seen"],
+        help="with --cache: the splits to generate (default: train valid_seen, what a run "
+        "with the default env.eval_split plays)",
+    )
+    p.add_argument(
+        "--n", type=int, default=None, help="number of games (per split with --cache: default 60)"
+    )
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument(
         "--task-types",
@@ -626,7 +647,12 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     # Parsed before anything loads a game: Fast Downward rewrites sys.argv when it does.
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.cache:
+        return _fill_cache(args)
+    if args.out is None or args.n is None:
+        parser.error("--out and --n are required (or --cache to fill the runs' cache)")
     paths = generate_games(
         args.out,
         args.n,
@@ -637,6 +663,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         workers=args.workers,
     )
     print(f"wrote {len(paths)} generated ALFWorld games under {args.out}")
+    return 0
+
+
+def _fill_cache(args: argparse.Namespace) -> int:
+    """Generate the games a run would generate on first use, where it will look for them."""
+    from .data import SPLITS, generated_games
+    from .env import ALFWorldConfig
+
+    n = ALFWorldConfig.generated_games if args.n is None else args.n
+    for split in args.splits:
+        if split not in SPLITS:
+            raise SystemExit(f"--splits: {split!r} is not one of {list(SPLITS)}")
+        games = generated_games(
+            args.cache_dir, split, n, args.seed, args.task_types, progress=not args.no_progress
+        )
+        print(f"{split}: {len(games)} generated ALFWorld games cached")
     return 0
 
 

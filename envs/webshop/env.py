@@ -146,6 +146,8 @@ class Store:
     index: SearchIndex
     generated: bool
     source: str
+    notice: str = ""
+    """Where the data comes from, shown once per run (``WebShopEnv.data_notice``)."""
     asin_index: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -202,16 +204,13 @@ def load_store(cfg: WebShopConfig) -> Store:
     texts = (product_document(p.title, p.description, p.bullet_points, p.options) for p in products)
     index_dir = folder / f"index-k{cfg.bm25_k1:g}-b{cfg.bm25_b:g}"
     index = SearchIndex.load_or_build(index_dir, texts, cfg.bm25_k1, cfg.bm25_b)
-    log.warning(
-        "WebShop: %s, %d %s goals (%d test, %d train)%s",
-        what,
-        len(goals),
-        source,
-        cfg.eval_goals,
-        len(goals) - cfg.eval_goals,
-        "; results are not comparable to published WebShop numbers" if generated else "",
+    notice = (
+        f"WebShop: {what}, {len(goals)} {source} goals ({cfg.eval_goals} test, "
+        f"{len(goals) - cfg.eval_goals} train)"
+        + ("; results are not comparable to published WebShop numbers" if generated else "")
     )
-    store = Store(products, prices, goals, index, generated, source)
+    log.info("%s", notice)  # the env pools show it once per run (TextEnv.data_notice)
+    store = Store(products, prices, goals, index, generated, source, notice)
     _STORES[key] = store
     return store
 
@@ -272,6 +271,7 @@ class WebShopEnv(TextEnv):
         self.max_steps = self.cfg.max_steps
         self.render_mode = render_mode
         self.store = load_store(self.cfg)
+        self.data_notice = self.store.notice
         self.nouns = make_noun_extractor(self.cfg.noun_extractor, self.cfg.spacy_model)
         self.goal: data.Goal | None = None
         self.state = Page()

@@ -1,0 +1,1 @@
+"""An example agentrl plugin: the Doors environment and a credit estimator."""
