@@ -13,4 +13,4 @@ from agentrl.registry import list_envs, make, register_env
 _moved.install()
 
 __all__ = ["list_envs", "make", "register_env"]
-__version__ = "0.2.0"
+__version__ = "0.2.1"

@@ -1,8 +1,10 @@
 """Old import paths of modules that moved in 0.2, kept working for one release.
 
 0.1 kept the core in flat modules (``agentrl.batch``, ``agentrl.learner``, ``agentrl.trainer``,
-…) and AC2 in the core (``agentrl.ac2``). They now live in the stage packages (``agentrl.rollout``,
-``agentrl.credit``, ``agentrl.learn``, ``agentrl.run``) and in ``agentrl.algos.ac2``.
+…) and AC2 in the core (``agentrl.ac2``). They now live in the stage packages
+(``agentrl.rollout``, ``agentrl.credit``, ``agentrl.learn``, ``agentrl.run``), in the model room
+(``agentrl.model``: model building and scoring, in ``agentrl.learn`` in 0.2.0) and in
+``agentrl.algos.ac2``.
 ``import agentrl.batch`` still works: a meta-path finder answers for the old names and hands back
 the module at its new place (the same object, so classes and registries are shared), with a
 ``DeprecationWarning`` that names the new path. The targets are plain strings, resolved only
@@ -23,7 +25,9 @@ MOVED: dict[str, str] = {
     "agentrl.synthetic": "agentrl.credit.synthetic",
     "agentrl.learner": "agentrl.learn.learner",
     "agentrl.losses": "agentrl.learn.losses",
-    "agentrl.scoring": "agentrl.learn.scoring",
+    "agentrl.scoring": "agentrl.model.scoring",
+    "agentrl.learn.model": "agentrl.model.build",
+    "agentrl.learn.scoring": "agentrl.model.scoring",
     "agentrl.prompting": "agentrl.rollout.prompting",
     "agentrl.env_pool": "agentrl.rollout.env_pool",
     "agentrl.vllm_backend": "agentrl.rollout.vllm_backend",

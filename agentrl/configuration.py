@@ -23,6 +23,27 @@ class ConfigError(ValueError):
     """A configuration value or key is invalid; the message says which and what is valid."""
 
 
+REMOVED_KEYS: dict[str, str] = {
+    "learner.query_preserved": "learner.batching=query_preserved",
+    "model.name": "the config group model=<preset> (model.name was never read)",
+    "rollout.eval_temperature": "trainer.eval_temperature",
+    "trainer.tokenizer_episodes": "model.tokenizer_episodes",
+    "learner.loss_args.actor_clip_low": "learner.clip_low (one clip for every loss)",
+    "learner.loss_args.actor_clip_high": "learner.clip_high (one clip for every loss)",
+    "learner.loss_args.actor_clip_c": "learner.clip_ratio_c (one clip for every loss)",
+}
+"""Keys of agentrl 0.2.0 that were removed or moved, and what to use instead: for one release
+setting one fails with a message that names the replacement."""
+
+
+def removed_key(path: str) -> str:
+    """The removal message for the full key ``path`` (e.g. ``rollout.eval_temperature``), or
+    "" if it was never removed."""
+    if path not in REMOVED_KEYS:
+        return ""
+    return f" {path} was removed in agentrl 0.2.1; use {REMOVED_KEYS[path]}."
+
+
 def closest(name: str, choices: Iterable[str]) -> str:
     """Return ``" Did you mean 'x'?"`` for the closest choice, or an empty string."""
     match = difflib.get_close_matches(str(name), list(choices), n=1, cutoff=0.5)
@@ -118,7 +139,7 @@ def from_mapping(cls: type[T], mapping: Mapping[str, Any] | None, path: str = ""
         if key not in fields:
             raise ConfigError(
                 f"{prefix}{key} is not a valid key; valid keys are {sorted(fields)}."
-                + closest(key, fields)
+                + (removed_key(prefix + key) or closest(key, fields))
             )
     kwargs = {k: _coerce(prefix + k, v, hints[k]) for k, v in mapping.items()}
     try:

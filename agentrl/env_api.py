@@ -44,6 +44,11 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+EVAL_SEED_BASE = 2**31
+"""Held-out seeds start here: training draws its task seeds below it, evaluation plays seeds
+from it on, so no evaluation episode is ever a training task (for every environment whose tasks
+are a function of the seed)."""
+
 INFO_KEYS: tuple[str, ...] = ("anchor", "won", "admissible_actions", "task")
 COSTS_KEY = "costs"
 """The optional ``info`` key of a step's named costs (see the module docstring)."""

@@ -16,12 +16,10 @@ from __future__ import annotations
 from typing import Any
 
 from agentrl.credit.batch import Step
+from agentrl.model import encode_prompt
 from agentrl.registry import make
-from agentrl.rollout import Sampling, encode_prompt
+from agentrl.rollout import Sampling
 from agentrl.rollout.prompting import build_prompt
-
-EVAL_SEED_BASE = 2**31
-"""Problems for training are drawn below this seed (the trainer evaluates on seeds above)."""
 
 
 def cut_points(length: int, chunk: int, max_frac: float = 0.9) -> list[int]:

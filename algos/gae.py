@@ -70,7 +70,7 @@ from agentrl.learn.value import (
     save_value_head,
     token_chunks,
 )
-from agentrl.rollout import encode_prompt
+from agentrl.model import encode_prompt
 
 log = logging.getLogger("agentrl")
 

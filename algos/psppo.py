@@ -46,10 +46,11 @@ from typing import Literal
 
 import numpy as np
 
-from agentrl.algos._prefix import EVAL_SEED_BASE, PrefixSampler, cut_points
+from agentrl.algos._prefix import PrefixSampler, cut_points
 from agentrl.configuration import check, check_choice
 from agentrl.credit import Advantages, register_estimator
 from agentrl.credit.batch import StepBatch, Trajectory, TrajectoryGroup
+from agentrl.env_api import EVAL_SEED_BASE
 
 ADVANTAGES: tuple[str, ...] = ("mean", "pairwise")
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from agentrl.learn.learner import Sample
-from agentrl.learn.model import (
+from agentrl.model import (
     LoRAConfig,
     ModelConfig,
     build_tiny_model,
     build_tokenizer,
     prepare_for_training,
 )
+from agentrl.model.forward import Sample
 
 BASE = dict(lr=1e-2, max_grad_norm=1.0, kl_coef=0.05, entropy_coef=0.01, micro_batch_tokens=40)
 CASES = {

@@ -14,7 +14,7 @@ from agentrl import register_env
 from agentrl.algos.ac2.core import AC2Config, Attempt
 from agentrl.algos.ac2.driver import AC2Driver
 from agentrl.env_api import TextEnv, Transition
-from agentrl.learn.model import ModelConfig, build_tiny_model, build_tokenizer
+from agentrl.model import ModelConfig, build_tiny_model, build_tokenizer
 from agentrl.rollout import HFBackend
 from agentrl.run import compose
 
@@ -184,7 +184,7 @@ def test_ac2_trains_on_proof_derivations_end_to_end(tmp_path):
             "algo.group_size=2",
             "trainer.eval_episodes=4",
             "trainer.eval_every=1",
-            "trainer.tokenizer_episodes=4",
+            "model.tokenizer_episodes=4",
             "trainer.progress=false",
         ],
         out,
@@ -196,7 +196,7 @@ def test_ac2_trains_on_proof_derivations_end_to_end(tmp_path):
     assert rows[2]["perf/decode_tokens_total"] > rows[1]["perf/decode_tokens_total"] > 0
     assert "ac2/critic_lr" in rows[2] and "eval/return" in rows[2]
     state = torch.load(out / "checkpoints" / "iter-000002" / "trainer_state.pt", weights_only=True)
-    assert len(state["driver"]["buffer"]["items"]) == 6
+    assert len(state["stages"]["sampler"]["driver"]["buffer"]["items"]) == 6
 
 
 def test_value_head_option_learns_the_grid_targets(setup):

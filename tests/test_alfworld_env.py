@@ -179,7 +179,7 @@ def test_training_runs_offline_on_generated_games(tmp_path):
             "env.max_steps=3",
             "trainer.eval_episodes=2",
             "trainer.eval_every=1",
-            "trainer.tokenizer_episodes=2",
+            "model.tokenizer_episodes=2",
             "trainer.progress=false",
             *(f"env.{k}={v}" for k, v in ENV_TEST_KWARGS["alfworld"].items()),
             f"trainer.out_dir={out}",
@@ -228,7 +228,8 @@ def test_process_pool_plays_alfworld_like_the_inline_pool():
 def test_process_pool_prepares_games_once_before_its_workers_start(tmp_path):
     """Fresh cache: the pool generates train and eval games in this process, then the workers
     (daemons, which may not start generator processes) only read them."""
-    from agentrl.rollout.env_pool import PoolConfig, ProcessPool, make_pool
+    from agentrl.rollout.env_pool import PoolConfig, ProcessPool
+    from agentrl.rollout.pools import make_pool
 
     kwargs = {"generated_games": 1, "cache_dir": str(tmp_path), "progress": False}
     pool = make_pool("alfworld", kwargs, 2, PoolConfig(kind="process", workers=2))

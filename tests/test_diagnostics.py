@@ -12,12 +12,12 @@ from agentrl.credit.diagnostics import headroom_metrics
 from agentrl.learn.learner import (
     Learner,
     LearnerConfig,
-    Sample,
     gradient_agreement,
     gradient_halves,
     half_gradient_stats,
 )
-from agentrl.learn.model import ModelConfig, build_tiny_model, build_tokenizer
+from agentrl.model import ModelConfig, build_tiny_model, build_tokenizer
+from agentrl.model.forward import Sample
 
 
 def test_headroom_by_hand():

@@ -117,7 +117,7 @@ RUN_ARGS = [
     "rollout.group_size=3",
     "rollout.max_new_tokens=3",
     "env.max_steps=4",
-    "trainer.tokenizer_episodes=4",
+    "model.tokenizer_episodes=4",
 ]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}

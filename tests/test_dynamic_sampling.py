@@ -10,12 +10,13 @@ import pytest
 import torch
 from test_rollout import ScriptedBackend
 
-import agentrl.run.trainer as trainer_mod
+import agentrl.credit.stage as stage_mod
 from agentrl.configuration import ConfigError
 from agentrl.credit.batch import Step, Trajectory, TrajectoryGroup
+from agentrl.rollout.sampler import informative_group
 from agentrl.run import compose
 from agentrl.run.distributed import Dist
-from agentrl.run.trainer import Trainer, informative_group
+from agentrl.run.trainer import Trainer
 
 N_TASKS = 4
 
@@ -50,7 +51,7 @@ def _trainer(tmp_path, answers, *extra: str) -> Trainer:
             "rollout.group_size=2",
             "trainer.eval_every=0",
             "trainer.progress=false",
-            "trainer.tokenizer_episodes=2",
+            "model.tokenizer_episodes=2",
             *extra,
         ]
     )
@@ -58,20 +59,22 @@ def _trainer(tmp_path, answers, *extra: str) -> Trainer:
     trainer = Trainer(cfg, tmp_path, Dist(), torch.device("cpu"))
     trainer.backend = ScriptedBackend(answers)
     trainer.backend.sleep = trainer.backend.sync = lambda *a: None
+    plain = getattr(trainer.sampler, "inner", trainer.sampler)  # under DynamicSampling
+    plain.backend = trainer.backend
     return trainer
 
 
 def _spy(monkeypatch, trainer):
     """Record the groups credit assignment sees and the samples the learner gets."""
     seen: dict[str, list] = {"batches": [], "samples": []}
-    compute = trainer_mod.compute_advantages
+    compute = stage_mod.compute_advantages
 
     def credit(name, batch, *args, **kwargs):
         seen["batches"].append(batch)
         return compute(name, batch, *args, **kwargs)
 
-    monkeypatch.setattr(trainer_mod, "compute_advantages", credit)
-    trainer.learner.update = lambda samples, rng: seen["samples"].append(samples) or {}
+    monkeypatch.setattr(stage_mod, "compute_advantages", credit)
+    trainer.update.learner.update = lambda samples, rng: seen["samples"].append(samples) or {}
     return seen
 
 

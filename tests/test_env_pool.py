@@ -9,7 +9,8 @@ import crashy_env  # registers "crashy"
 import pytest
 
 from agentrl.registry import make
-from agentrl.rollout.env_pool import InlinePool, ProcessPool, WorkerDied, make_pool
+from agentrl.rollout.env_pool import InlinePool, ProcessPool, WorkerDied
+from agentrl.rollout.pools import make_pool
 
 
 def _play(pool, seeds, actions_per_step):
@@ -103,7 +104,7 @@ def test_rollout_survives_a_worker_dying_mid_batch():
     from test_rollout import ScriptedBackend
 
     from agentrl.credit.batch import StepBatch
-    from agentrl.learn.model import build_tokenizer
+    from agentrl.model import build_tokenizer
     from agentrl.rollout import RolloutConfig, Sampling, collect
 
     tok = build_tokenizer(["tick away", "Tick three times.", "tick die"] * 5, 300)

@@ -13,11 +13,12 @@ from agentrl.algos.gae import GAEConfig, GAECritic, gae_advantages
 from agentrl.configuration import ConfigError
 from agentrl.credit import Advantages, compute_advantages
 from agentrl.credit.batch import Step, StepBatch, Trajectory, TrajectoryGroup
-from agentrl.learn.model import ModelConfig, build_tiny_model, build_tokenizer
 from agentrl.learn.value import VALUE_HEAD_FILE, clipped_value_loss, save_value_head
+from agentrl.model import ModelConfig, build_tiny_model, build_tokenizer
 from agentrl.rollout import RolloutConfig
 from agentrl.run import compose
-from agentrl.run.trainer import load_trainer_state, train
+from agentrl.run.checkpoint import load_trainer_state
+from agentrl.run.trainer import train
 
 
 class TableCritic:
@@ -218,7 +219,7 @@ FAST = [
     "env.max_steps=4",
     "trainer.progress=false",
     "trainer.eval_every=0",
-    "trainer.tokenizer_episodes=4",
+    "model.tokenizer_episodes=4",
 ]
 
 
@@ -229,7 +230,7 @@ def test_two_iterations_end_to_end(tmp_path, kind):
     ckpt = tmp_path / "checkpoints" / "iter-000002"
     assert (ckpt / VALUE_HEAD_FILE).exists()
     state = load_trainer_state(ckpt / "trainer_state.pt")
-    assert (state["critic"]["model"] is None) == (kind == "head")
+    assert (state["stages"]["credit"]["critic"]["model"] is None) == (kind == "head")
 
 
 def test_resume_restores_the_critic_exactly(tmp_path):
@@ -238,8 +239,12 @@ def test_resume_restores_the_critic_exactly(tmp_path):
     train(compose([*args, "trainer.steps=3"]), full)
     train(compose([*args, "trainer.steps=2"]), cut)  # stops after iteration 2 (saved)
     train(compose([*args, "trainer.steps=3", "trainer.resume=true"]), cut)
-    a = load_trainer_state(full / "checkpoints" / "iter-000003" / "trainer_state.pt")["critic"]
-    b = load_trainer_state(cut / "checkpoints" / "iter-000003" / "trainer_state.pt")["critic"]
+    a = load_trainer_state(full / "checkpoints" / "iter-000003" / "trainer_state.pt")["stages"][
+        "credit"
+    ]["critic"]
+    b = load_trainer_state(cut / "checkpoints" / "iter-000003" / "trainer_state.pt")["stages"][
+        "credit"
+    ]["critic"]
     for part in ("head", "model"):
         assert a[part].keys() == b[part].keys()
         for k in a[part]:

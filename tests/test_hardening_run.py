@@ -18,24 +18,20 @@ from helpers import read_metrics
 
 from agentrl.configuration import ConfigError, from_mapping
 from agentrl.credit import get_estimator
-from agentrl.learn.learner import Learner, LearnerConfig, NonFiniteLossError, Sample
-from agentrl.learn.model import ModelConfig, build_tiny_model, build_tokenizer, load_pretrained
+from agentrl.learn.learner import Learner, LearnerConfig, NonFiniteLossError
+from agentrl.model import ModelConfig, build_tiny_model, build_tokenizer, load_pretrained
+from agentrl.model.forward import Sample
 from agentrl.run import compose
-from agentrl.run.trainer import (
-    RunDirInUse,
-    choose_num_threads,
-    exclusive_run_dir,
-    load_trainer_state,
-    startup_warnings,
-    train,
-)
+from agentrl.run.checkpoint import RunDirInUse, exclusive_run_dir, load_trainer_state
+from agentrl.run.setup import choose_num_threads, startup_warnings
+from agentrl.run.trainer import train
 
 SMALL = [
     "rollout.n_tasks=2",
     "rollout.group_size=2",
     "rollout.max_new_tokens=3",
     "env.max_steps=3",
-    "trainer.tokenizer_episodes=2",
+    "model.tokenizer_episodes=2",
     "trainer.eval_episodes=2",
     "trainer.progress=false",
 ]
@@ -69,13 +65,45 @@ def test_a_real_trainer_state_loads_with_weights_only(tmp_path):
     opt.step()
     state = {
         "iteration": 7,
-        "learner": {"optimizer": opt.state_dict(), "nonfinite_streak": 0},
-        "torch_rng": torch.get_rng_state(),
-        "numpy_rng": rng.bit_generator.state,
+        "world_size": 1,
+        "stages": {
+            "sampler": {},
+            "credit": {"credit_state": {"updates": 3}},
+            "update": {"optimizer": opt.state_dict(), "nonfinite_streak": 0},
+        },
+        "rng": {"torch": torch.get_rng_state(), "cuda": None, "numpy": rng.bit_generator.state},
+        "schedule": {"decode_tokens_total": 12.0},
     }
     torch.save(state, tmp_path / "s.pt")
     back = load_trainer_state(tmp_path / "s.pt")
-    assert back["iteration"] == 7 and back["numpy_rng"] == rng.bit_generator.state
+    assert back["iteration"] == 7 and back["rng"]["numpy"] == rng.bit_generator.state
+    assert back["stages"]["credit"]["credit_state"] == {"updates": 3}
+
+
+def test_a_checkpoint_of_0_2_0_loads_into_the_stage_layout(tmp_path):
+    """agentrl 0.2.0 kept the state's parts at the top level; resuming such a run still works."""
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.AdamW(model.parameters())
+    task = np.random.default_rng(5).bit_generator.state
+    old = {
+        "iteration": 4,
+        "world_size": 1,
+        "learner": {"optimizer": opt.state_dict(), "scheduler": {}, "nonfinite_streak": 0},
+        "torch_rng": torch.get_rng_state(),
+        "cuda_rng": None,
+        "numpy_rng": np.random.default_rng(1).bit_generator.state,
+        "task_rng": task,
+        "decode_tokens_total": 99.0,
+        "credit_state": {"updates": 4},
+        "driver": {"buffer": []},
+    }
+    torch.save(old, tmp_path / "old.pt")
+    new = load_trainer_state(tmp_path / "old.pt")
+    assert new["iteration"] == 4 and new["rng"]["task"] == task
+    assert new["stages"]["update"]["nonfinite_streak"] == 0
+    assert new["stages"]["credit"] == {"credit_state": {"updates": 4}}
+    assert new["stages"]["sampler"] == {"driver": {"buffer": []}}
+    assert new["schedule"] == {"decode_tokens_total": 99.0}
 
 
 # -- 5: finite numbers, skipped non-finite steps ---------------------------------------------
@@ -149,7 +177,7 @@ def test_a_second_run_in_the_same_directory_gets_a_clear_error(tmp_path):
 def test_the_lock_dies_with_a_killed_process(tmp_path):
     code = (
         "import sys, time; from pathlib import Path; "
-        "from agentrl.run.trainer import exclusive_run_dir\n"
+        "from agentrl.run.checkpoint import exclusive_run_dir\n"
         "with exclusive_run_dir(Path(sys.argv[1])):\n"
         "    print('locked', flush=True); time.sleep(60)\n"
     )

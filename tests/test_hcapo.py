@@ -108,8 +108,8 @@ def test_needs_texts_and_a_scorer():
 def test_with_the_tiny_policy_as_scorer():
     import torch
 
-    from agentrl.learn.model import ModelConfig, build_tiny_model, build_tokenizer
-    from agentrl.learn.scoring import PolicyScorer
+    from agentrl.model import ModelConfig, build_tiny_model, build_tokenizer
+    from agentrl.model.scoring import PolicyScorer
 
     torch.manual_seed(0)
     tok = build_tokenizer(["g0 i0 t0 Outcome: success failure done stuck a b c"] * 4, 300)

@@ -105,7 +105,9 @@ def test_top_level_is_small():
         ("agentrl.trainer", "agentrl.run.trainer", "train"),
         ("agentrl.runconfig", "agentrl.run.config", "RunConfig"),
         ("agentrl.ac2", "agentrl.algos.ac2.core", "AC2Config"),
-        ("agentrl.env_pool", "agentrl.rollout.env_pool", "make_pool"),
+        ("agentrl.env_pool", "agentrl.rollout.env_pool", "InlinePool"),
+        ("agentrl.learn.model", "agentrl.model.build", "ModelConfig"),
+        ("agentrl.learn.scoring", "agentrl.model.scoring", "PolicyScorer"),
     ],
 )
 def test_old_import_paths_still_work_with_a_warning(old, new, name):
@@ -129,3 +131,102 @@ def test_public_api_is_where_it_was():
     assert callable(register_estimator) and callable(compute_advantages) and callable(main)
     assert StepBatch.__module__ == "agentrl.credit.batch"
     assert TrajectoryGraph.__module__ == "agentrl.credit.graph"
+
+
+# -- the stage order (DESIGN: envs -> core <- algos; inside the core, one direction) ---------
+# Each room may import the ground floor (agentrl/*.py) and the rooms listed for it, no others.
+ROOMS = ("model", "credit", "rollout", "learn", "run", "interop", "report", "bench")
+ALLOWED = {
+    "model": set(),
+    "credit": set(),
+    "rollout": {"model", "credit"},
+    "learn": {"model", "credit"},
+    "run": {"model", "credit", "rollout", "learn"},
+    "interop": {"model", "credit", "rollout", "learn", "run"},
+    "report": {"credit"},
+    "bench": set(ROOMS) - {"bench"},
+}
+
+
+def room_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "agentrl" and parts[1] in ROOMS else None
+
+
+def stage_offenders(root: Path) -> list[str]:
+    bad = []
+    for room in ROOMS:
+        folder = root / "agentrl" / room
+        if not folder.exists():
+            continue
+        for path, pkg in modules_under(folder, f"agentrl.{room}"):
+            for name in imported_modules(path, pkg):
+                other = room_of(name)
+                if other and other != room and other not in ALLOWED[room]:
+                    bad.append(f"{path.relative_to(root)} imports {name}")
+    return bad
+
+
+def test_rooms_import_in_stage_order():
+    assert stage_offenders(ROOT) == []
+
+
+def test_nothing_outside_bench_imports_bench():
+    folders = [(ROOT / "algos", "agentrl.algos"), (ROOT / "envs", "agentrl.envs")]
+    folders += [
+        (p, f"agentrl.{p.name}")
+        for p in (ROOT / "agentrl").iterdir()
+        if p.is_dir() and p.name != "bench" and not p.name.startswith("_")
+    ]
+    bad = []
+    for folder, pkg in folders:
+        bad += offenders(folder, pkg, ("agentrl.bench",))
+    assert bad == []
+
+
+def private_imports(folder: Path, package: str) -> list[str]:
+    """``from agentrl.x import _name`` where ``_name`` is private to another module: a name
+    with a leading underscore is its module's own, so only that module (and, for a private
+    submodule, its package) may use it."""
+    bad = []
+    for path, pkg in modules_under(folder, package):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.ImportFrom) and node.module and not node.level):
+                continue
+            if not node.module.startswith("agentrl") or node.module == pkg:
+                continue  # third-party internals are their business; a package's own modules
+            for alias in node.names:
+                if alias.name.startswith("_") and alias.name != "__version__":
+                    bad.append(f"{path.relative_to(ROOT)} imports {node.module}.{alias.name}")
+    return bad
+
+
+def test_no_private_name_crosses_a_module_boundary():
+    bad = private_imports(ROOT / "agentrl", "agentrl")
+    bad += private_imports(ROOT / "algos", "agentrl.algos")
+    bad += private_imports(ROOT / "envs", "agentrl.envs")
+    assert bad == []
+
+
+def test_the_stage_rule_catches_a_violation(tmp_path):
+    (tmp_path / "agentrl" / "credit").mkdir(parents=True)
+    (tmp_path / "agentrl" / "credit" / "bad.py").write_text("from agentrl.learn import Learner\n")
+    (tmp_path / "agentrl" / "rollout").mkdir()
+    (tmp_path / "agentrl" / "rollout" / "bad.py").write_text("import agentrl.learn.learner\n")
+    (tmp_path / "agentrl" / "learn").mkdir()
+    (tmp_path / "agentrl" / "learn" / "ok.py").write_text("from agentrl.model import forward\n")
+    found = stage_offenders(tmp_path)
+    assert len(found) == 3  # learn, learn.Learner from credit; learn.learner from rollout
+    assert not any("ok.py" in f for f in found)
+
+
+def test_the_old_import_paths_go_away_in_0_3():
+    """_moved.py keeps 0.1's and 0.2.0's module paths working "until the next release": at 0.3
+    it must be gone (and this test with it)."""
+    from packaging.version import Version
+
+    import agentrl
+
+    if Version(agentrl.__version__) >= Version("0.3"):
+        assert not (ROOT / "agentrl" / "_moved.py").exists(), "remove agentrl/_moved.py in 0.3"

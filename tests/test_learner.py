@@ -6,18 +6,17 @@ import numpy as np
 import pytest
 import torch
 
-from agentrl.learn.learner import (
-    Learner,
-    LearnerConfig,
-    Sample,
-    _pack,
-    clipped_surrogate,
-    micro_batches,
-    token_logprobs,
+from agentrl.learn.learner import Learner, LearnerConfig
+from agentrl.learn.losses import clipped_surrogate
+from agentrl.model import (
+    ModelConfig,
+    banned_token_ids,
+    build_tiny_model,
+    build_tokenizer,
+    encode_prompt,
 )
-from agentrl.learn.model import ModelConfig, build_tiny_model, build_tokenizer
-from agentrl.model import banned_token_ids
-from agentrl.rollout import HFBackend, Sampling, encode_prompt
+from agentrl.model.forward import Sample, micro_batches, pack, token_logprobs
+from agentrl.rollout import HFBackend, Sampling
 
 CORPUS = ["push the box up", "move left then right", "down down up", "<action>up</action>"] * 20
 
@@ -95,7 +94,7 @@ def test_sampler_logprobs_match_learner_recomputation(tok):
             np.testing.assert_allclose(lp[0, len(p) - 1 :].detach().numpy(), g.logprobs, atol=1e-4)
         # The learner's left-padded packing of both samples scores them the same way.
         samples = [Sample(p, g.token_ids, g.logprobs, 0.0) for p, g in zip(prompts, gens)]
-        t = _pack(samples, tok.pad_token_id, "cpu")
+        t = pack(samples, tok.pad_token_id, "cpu")
         lp = token_logprobs(model, t["ids"], t["attn"], temp, t["mask"].shape[1], banned)
         got = lp[t["mask"].bool()].detach().numpy()
         np.testing.assert_allclose(got, [x for g in gens for x in g.logprobs], atol=1e-4)
@@ -213,13 +212,13 @@ def test_query_preserved_mini_batches_keep_groups_together():
 
     samples = [Sample([1], [2], [0.0], 0.0, group=g) for g in (0, 0, 0, 1, 1, 2, 2, 2, 2, 3)]
     rng = np.random.default_rng(0)
-    minis = mini_batches(samples, 4, rng, query_preserved=True)
+    minis = mini_batches(samples, 4, rng, batching="query_preserved")
     seen = [s for m in minis for s in m]
     assert sorted(map(id, seen)) == sorted(map(id, samples))
     for g in range(4):
         holders = [i for i, m in enumerate(minis) if any(s.group == g for s in m)]
         assert len(holders) == 1, f"group {g} split over mini-batches {holders}"
-    plain = mini_batches(samples, 4, np.random.default_rng(0), query_preserved=False)
+    plain = mini_batches(samples, 4, np.random.default_rng(0))
     assert [len(m) for m in plain] == [4, 4, 2]
 
 
@@ -348,7 +347,7 @@ def _group_samples(rng, n_groups=3, group=4):
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_shared_prompt_packing_equals_separate_sequences(tok, seed):
-    from agentrl.learn.learner import score_samples
+    from agentrl.model.forward import score_samples
 
     samples = _group_samples(np.random.default_rng(seed))
     model = _model(tok)

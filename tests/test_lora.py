@@ -6,16 +6,17 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM
 
-from agentrl.learn.learner import Learner, LearnerConfig, Sample, token_logprobs
-from agentrl.learn.model import (
+from agentrl.learn.learner import Learner, LearnerConfig
+from agentrl.model import (
     LoRAConfig,
     ModelConfig,
     build_tiny_model,
     build_tokenizer,
+    encode_prompt,
     prepare_for_training,
     save_model,
 )
-from agentrl.rollout import encode_prompt
+from agentrl.model.forward import Sample, token_logprobs
 
 
 def _setup(cfg: ModelConfig):

@@ -21,7 +21,7 @@ from test_rollout import ScriptedBackend
 from agentrl.credit import compute_advantages, estimator_config
 from agentrl.credit.batch import StepBatch
 from agentrl.credit.graph import build_graph
-from agentrl.learn.model import build_tokenizer
+from agentrl.model import build_tokenizer
 from agentrl.registry import make
 from agentrl.rollout import RolloutConfig, Sampling, collect
 
@@ -191,9 +191,11 @@ def test_trainer_drops_lost_steps_from_the_samples(tmp_path, monkeypatch):
     """One training iteration in-process: the learner never sees a lost episode's steps, the
     graph estimator runs, and the metric is logged."""
     from agentrl.learn.learner import Learner
-    from agentrl.run import compose, trainer
+    from agentrl.rollout import sampler
+    from agentrl.run import compose
+    from agentrl.run.trainer import train
 
-    real_collect = trainer.collect
+    real_collect = sampler.collect
     seen: dict[str, object] = {}
 
     def collect_with_a_lost_episode(*args, **kwargs):
@@ -212,7 +214,7 @@ def test_trainer_drops_lost_steps_from_the_samples(tmp_path, monkeypatch):
         seen["samples"] = list(samples)
         return real_update(self, samples, rng)
 
-    monkeypatch.setattr(trainer, "collect", collect_with_a_lost_episode)
+    monkeypatch.setattr(sampler, "collect", collect_with_a_lost_episode)
     monkeypatch.setattr(Learner, "update", spy_update)
     cfg = compose(
         [
@@ -220,13 +222,13 @@ def test_trainer_drops_lost_steps_from_the_samples(tmp_path, monkeypatch):
             "trainer.steps=1",
             "trainer.eval_every=0",
             "trainer.progress=false",
-            "trainer.tokenizer_episodes=2",
+            "model.tokenizer_episodes=2",
             "rollout.n_tasks=2",
             "rollout.group_size=2",
             "env.max_steps=3",
         ]
     )
-    trainer.train(cfg, tmp_path / "run")
+    train(cfg, tmp_path / "run")
     steps, samples = seen["steps"], seen["samples"]
     assert len(samples) == len(steps) - 1
     assert all(s.response_ids is not seen["lost"].response_ids for s in samples)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 
 import numpy as np
 import pytest
@@ -28,15 +29,7 @@ from agentrl.algos.losses.ntf import negative_token_filter
 from agentrl.algos.losses.taco import taco_weights
 from agentrl.algos.losses.vimpo import implied_reward_and_kl, vimpo_value_loss, whiten
 from agentrl.configuration import ConfigError, from_mapping
-from agentrl.learn.learner import (
-    Learner,
-    LearnerConfig,
-    Sample,
-    forward_chunk,
-    logprobs_from_logits,
-    micro_batches,
-    mini_batches,
-)
+from agentrl.learn.learner import Learner, LearnerConfig, mini_batches
 from agentrl.learn.losses import (
     aggregate_loss,
     clipped_surrogate,
@@ -44,7 +37,6 @@ from agentrl.learn.losses import (
     kl_penalty,
     policy_ratio,
 )
-from agentrl.learn.model import ModelConfig, build_tiny_model, build_tokenizer
 from agentrl.learn.policy_loss import (
     Aggregator,
     LossInputs,
@@ -56,6 +48,8 @@ from agentrl.learn.policy_loss import (
     register_policy_loss,
     token_weight_config,
 )
+from agentrl.model import ModelConfig, build_tiny_model, build_tokenizer
+from agentrl.model.forward import Sample, forward_chunk, logprobs_from_logits, micro_batches
 
 LN = math.log
 
@@ -174,11 +168,25 @@ def test_run_config_accepts_loss_options_from_the_command_line():
         compose(["learner.loss=klpoo"])
 
 
-def test_query_preserved_is_an_alias_of_batching():
-    assert LearnerConfig(query_preserved=True).batching == "query_preserved"
+@pytest.mark.parametrize(
+    ("override", "replacement"),
+    [
+        ("learner.query_preserved=true", "learner.batching=query_preserved"),
+        ("rollout.eval_temperature=0.5", "trainer.eval_temperature"),
+        ("trainer.tokenizer_episodes=4", "model.tokenizer_episodes"),
+        ("model.name=tiny", "model=<preset>"),
+        ("learner.loss=vimpo|learner.loss_args={actor_clip_low:0.1}", "learner.clip_low"),
+    ],
+)
+def test_removed_settings_name_their_replacement(override, replacement):
+    from agentrl.run import compose
+
+    with pytest.raises(ConfigError, match=re.escape(replacement)):
+        compose(override.split("|"))
+
+
+def test_batching_modes():
     assert LearnerConfig().batching == "random"
-    with pytest.raises(ConfigError, match=r"contradicts learner\.batching=reward_balanced"):
-        LearnerConfig(query_preserved=True, batching="reward_balanced")
     with pytest.raises(ConfigError, match=r"learner\.batching='balanced' is not valid"):
         LearnerConfig(batching="balanced")
 
@@ -662,7 +670,7 @@ SMALL = [
     "rollout.group_size=4",
     "rollout.max_new_tokens=3",
     "env.max_steps=5",
-    "trainer.tokenizer_episodes=4",
+    "model.tokenizer_episodes=4",
     "trainer.eval_every=0",
     "trainer.progress=false",
     "trainer.save_initial=true",
@@ -711,3 +719,16 @@ def test_learning_benchmark_objectives_compose_on_the_estimators_budget():
         cfg = compose([*BUDGET, "trainer.steps=1", *_method_args(name)])
         assert cfg.rollout.n_tasks * cfg.rollout.group_size == 64, name  # the same episodes
     assert compose([*BUDGET, *_method_args("klpo")]).learner.loss == "klpo"
+
+
+def test_a_loss_with_its_own_aggregation_says_so_at_start_up():
+    from agentrl.credit import get_estimator
+    from agentrl.run import compose
+    from agentrl.run.setup import startup_warnings
+
+    grpo = get_estimator("grpo")
+    said = startup_warnings(compose(["learner.loss=klpo"]), grpo)
+    assert any("own loss_agg='seq-mean-token-sum'" in m for m in said), said
+    assert not any("loss_agg" in m for m in startup_warnings(compose([]), grpo))
+    same = compose(["learner.loss=klpo", "learner.loss_agg=seq-mean-token-sum"])
+    assert not any("loss_agg" in m for m in startup_warnings(same, grpo))

@@ -28,7 +28,8 @@ from agentrl.envs.proof.judge import (
     proof_fence,
     settings_from_config,
 )
-from agentrl.rollout.env_pool import InlinePool, make_pool
+from agentrl.rollout.env_pool import InlinePool
+from agentrl.rollout.pools import make_pool
 
 TASK = ProofTask(
     id="p1",

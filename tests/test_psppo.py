@@ -203,7 +203,7 @@ def test_psppo_trains_on_proof_derivations_end_to_end(tmp_path):
             "algo.continuations=2",
             "trainer.eval_episodes=2",
             "trainer.eval_every=2",
-            "trainer.tokenizer_episodes=4",
+            "model.tokenizer_episodes=4",
             "trainer.progress=false",
         ],
         out,

@@ -22,7 +22,8 @@ from test_env_contract import GARBAGE, _check_info
 import agentrl
 from agentrl.configuration import ConfigError
 from agentrl.env_api import INFO_KEYS, STEP_INFO_KEYS
-from agentrl.rollout.env_pool import InlinePool, PoolConfig, make_pool
+from agentrl.rollout.env_pool import InlinePool, PoolConfig
+from agentrl.rollout.pools import make_pool
 
 ENV_NAMES = agentrl.list_envs()
 
@@ -209,7 +210,7 @@ def test_rollout_survives_an_actor_dying_mid_batch(ray_local):
     from test_rollout import ScriptedBackend
 
     from agentrl.credit.batch import StepBatch
-    from agentrl.learn.model import build_tokenizer
+    from agentrl.model import build_tokenizer
     from agentrl.rollout import RolloutConfig, Sampling, collect
 
     tok = build_tokenizer(["tick away", "Tick three times.", "tick die"] * 5, 300)

@@ -52,3 +52,32 @@ def test_readme_relative_links_exist():
     links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
     missing = [link for link in links if "://" not in link and not (ROOT / link).exists()]
     assert missing == []
+
+
+def test_the_model_preset_table_matches_the_presets():
+    """README's "Model presets" table: each single-setting row's first word per column equals
+    the composed config's value (dataclass default, model=tiny, model=qwen2.5-1.5b-instruct)."""
+    from agentrl.credit import NoConfig
+    from agentrl.run import compose
+    from agentrl.run.config import RunConfig
+
+    text = (ROOT / "README.md").read_text()
+    table = text[text.index("| setting | dataclass default |") :].split("\n\n")[0]
+    rows = [r.strip("|").split("|") for r in table.splitlines()[2:]]
+    configs = [
+        RunConfig(env_name="sokoban", env_kwargs={}, algo_name="grpo", algo=NoConfig()).to_dict(),
+        compose([]).to_dict(),
+        compose(["model=qwen2.5-1.5b-instruct"]).to_dict(),
+    ]
+    checked = 0
+    for key, *cells in rows:
+        key = key.strip().strip("`")
+        if "," in key:
+            continue
+        node, field = key.split(".")
+        for cfg, cell in zip(configs, cells):
+            want = cell.split()[0]
+            got = cfg[node][field]
+            assert float(want) == float(got) if want[0].isdigit() else want == str(got), (key, cell)
+        checked += 1
+    assert checked >= 8

@@ -27,9 +27,8 @@ from agentrl.algos.relace import (
 from agentrl.configuration import ConfigError
 from agentrl.credit import compute_advantages, estimator_config
 from agentrl.credit.batch import Step, StepBatch, Trajectory, TrajectoryGroup
-from agentrl.learn.model import ModelConfig, build_tiny_model, build_tokenizer
-from agentrl.learn.scoring import PolicyScorer
-from agentrl.rollout import encode_prompt
+from agentrl.model import ModelConfig, build_tiny_model, build_tokenizer, encode_prompt
+from agentrl.model.scoring import PolicyScorer
 
 LN3 = math.log(3.0)
 

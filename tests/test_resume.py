@@ -22,7 +22,7 @@ ARGS = [
     "rollout.group_size=4",
     "rollout.max_new_tokens=3",  # short answers: some moves are valid, so returns differ
     "env.max_steps=5",
-    "trainer.tokenizer_episodes=4",
+    "model.tokenizer_episodes=4",
 ]
 
 

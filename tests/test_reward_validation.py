@@ -12,7 +12,7 @@ from test_rollout import ScriptedBackend
 import agentrl
 from agentrl.credit import compute_advantages
 from agentrl.credit.batch import StepBatch
-from agentrl.learn.model import build_tokenizer
+from agentrl.model import build_tokenizer
 from agentrl.rollout import RolloutConfig, Sampling, collect
 
 

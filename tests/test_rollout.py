@@ -9,7 +9,7 @@ import torch
 import agentrl
 from agentrl.configuration import ConfigError
 from agentrl.credit.batch import StepBatch
-from agentrl.learn.model import ModelConfig, build_tiny_model, build_tokenizer, load_pretrained
+from agentrl.model import ModelConfig, build_tiny_model, build_tokenizer, load_pretrained
 from agentrl.rollout import Generation, HFBackend, RolloutConfig, Sampling, collect
 from agentrl.rollout.prompting import build_prompt, project_action
 
@@ -173,7 +173,7 @@ def test_collect_records_env_scores_and_the_trainer_logs_them_apart_from_success
     ``env/score`` next to ``env/success``."""
     from helpers import ENV_TEST_KWARGS
 
-    from agentrl.run.trainer import env_scores
+    from agentrl.run.evaluate import env_scores
 
     envs = [agentrl.make("webshop", **ENV_TEST_KWARGS["webshop"]) for _ in range(2)]
     cfg = RolloutConfig(n_tasks=1, group_size=2, history_length=0)

@@ -15,12 +15,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import agentrl
 from agentrl.configuration import ConfigError
-from agentrl.learn.model import build_tokenizer
 from agentrl.learn.value import VALUE_HEAD_FILE, load_value_head
+from agentrl.model import build_tokenizer
 from agentrl.rollout import Sampling, collect
 from agentrl.run import compose
+from agentrl.run.checkpoint import load_trainer_state
 from agentrl.run.sft import SFTConfig, compose_sft, play_demonstrations, train_sft
-from agentrl.run.trainer import load_trainer_state, train
+from agentrl.run.trainer import train
 
 
 def _follow(env, seed: int, options=None) -> dict:
@@ -104,7 +105,7 @@ def test_alfworld_demonstration_stops_when_the_episode_leaves_the_walkthrough():
 
 
 def _run(*extra: str):
-    return compose(["trainer.tokenizer_episodes=8", *extra])
+    return compose(["model.tokenizer_episodes=8", *extra])
 
 
 def test_noise_replaces_that_share_of_the_demonstrated_actions():
@@ -202,7 +203,9 @@ def test_value_head_from_sft_is_the_pretrained_critic(tmp_path):
     first = load_value_head(tmp_path / "rl" / "checkpoints" / "iter-000000")[0]
     assert torch.equal(first["weight"], state["weight"])
     saved = load_trainer_state(tmp_path / "rl" / "checkpoints" / "iter-000001" / "trainer_state.pt")
-    assert not torch.equal(saved["critic"]["head"]["weight"].cpu(), state["weight"])  # trained
+    assert not torch.equal(
+        saved["stages"]["credit"]["critic"]["head"]["weight"].cpu(), state["weight"]
+    )  # trained
     assert (tmp_path / "rl" / "checkpoints" / "iter-000001" / VALUE_HEAD_FILE).exists()
 
 

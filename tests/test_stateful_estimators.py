@@ -15,14 +15,15 @@ from helpers import make_batch, read_metrics
 from agentrl.credit import check_state, compute_advantages, get_estimator
 from agentrl.credit.batch import StepBatch
 from agentrl.run import compose
-from agentrl.run.trainer import load_trainer_state, train
+from agentrl.run.checkpoint import load_trainer_state
+from agentrl.run.trainer import train
 
 SMALL = [
     "rollout.n_tasks=2",
     "rollout.group_size=4",
     "rollout.max_new_tokens=3",  # short answers: some moves are valid, so returns differ
     "env.max_steps=5",
-    "trainer.tokenizer_episodes=4",
+    "model.tokenizer_episodes=4",
     "trainer.eval_every=0",
     "trainer.progress=false",
 ]
@@ -57,8 +58,8 @@ def test_state_survives_a_weights_only_checkpoint(name, tmp_path):
     first = compute_advantages(name, batch)
     second = compute_advantages(name, batch, state=first.state)
     path = tmp_path / "state.pt"
-    torch.save({"credit_state": second.state}, path)
-    loaded = load_trainer_state(path)["credit_state"]
+    torch.save({"stages": {"credit": {"credit_state": second.state}}}, path)
+    loaded = load_trainer_state(path)["stages"]["credit"]["credit_state"]
     assert loaded == second.state
     # The reloaded state gives bit-identical advantages and the same next state.
     a = compute_advantages(name, batch, state=second.state)
@@ -99,12 +100,15 @@ def test_two_iterations(algo, extra, tmp_path):
     assert [r["iteration"] for r in rows] == [1, 2]
     state = load_trainer_state(tmp_path / "checkpoints" / "iter-000002" / "trainer_state.pt")
     if get_estimator(algo).stateful:
-        assert state["credit_state"]["updates"] == 2
+        assert state["stages"]["credit"]["credit_state"]["updates"] == 2
     else:
         assert "credit_state" not in state
     if algo == "constrained_grpo":
         assert {"credit/lambda_invalid", "credit/lambda_steps"} <= set(metrics)
-        assert state["credit_state"]["lambda"]["steps"] == metrics["credit/lambda_steps"]
+        assert (
+            state["stages"]["credit"]["credit_state"]["lambda"]["steps"]
+            == metrics["credit/lambda_steps"]
+        )
     if algo == "bv_blend":
         assert rows[1]["credit/history_frac"] == 1.0  # Sokoban: one cluster, seen at iter 1
 
@@ -131,7 +135,7 @@ def test_resume_restores_the_estimator_state_exactly(algo, tmp_path):
     shutil.rmtree(resumed / "checkpoints" / "iter-000003")
     (resumed / "checkpoints" / "latest").write_text("iter-000002")
     saved = load_trainer_state(resumed / "checkpoints" / "iter-000002" / "trainer_state.pt")
-    assert saved["credit_state"]["updates"] == 2
+    assert saved["stages"]["credit"]["credit_state"]["updates"] == 2
     train(compose([*args, "trainer.resume=true"]), resumed)
     a, b = _rows(full), _rows(resumed)
     assert a == b
@@ -141,8 +145,8 @@ def test_resume_restores_the_estimator_state_exactly(algo, tmp_path):
         assert a[3]["credit/lambda_mean"] > 0
     end = "checkpoints/iter-000003/trainer_state.pt"
     assert (
-        load_trainer_state(full / end)["credit_state"]
-        == load_trainer_state(resumed / end)["credit_state"]
+        load_trainer_state(full / end)["stages"]["credit"]["credit_state"]
+        == load_trainer_state(resumed / end)["stages"]["credit"]["credit_state"]
     )
 
 
@@ -151,7 +155,7 @@ def test_batches_from_rollouts_carry_env_costs_and_clusters():
     cluster is the hash of the (constant) Sokoban task text."""
     import agentrl
     from agentrl.credit import cluster_key
-    from agentrl.learn.model import build_tokenizer
+    from agentrl.model import build_tokenizer
     from agentrl.rollout import Generation, RolloutConfig, Sampling, collect
 
     class Alternating:  # answers "up" (valid) and "zz" (invalid) in turn

@@ -20,7 +20,7 @@ def _state_after_setup(tmp_path, algo: str, seed: int = 7) -> torch.Tensor:
             "rollout.group_size=2",
             "trainer.eval_every=0",
             "trainer.progress=false",
-            "trainer.tokenizer_episodes=2",
+            "model.tokenizer_episodes=2",
             f"trainer.seed={seed}",
         ]
     )

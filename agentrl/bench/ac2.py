@@ -39,7 +39,7 @@ COMMON = [
     "model=tiny",
     "rollout.max_new_tokens=48",
     "rollout.history_length=0",
-    "rollout.eval_temperature=1.0",
+    "trainer.eval_temperature=1.0",
     "rollout.invalid_penalty=0",  # the validation score is then exactly mean points / 7
     "learner.lr=2e-4",  # why not larger: ac2_notes.md
     "trainer.eval_episodes=96",
@@ -90,13 +90,13 @@ def points_histogram(init: Path, split: str, n: int = 128, seed: int = 0) -> np.
 
     import torch
 
-    from agentrl.learn.model import load_pretrained
+    from agentrl.env_api import EVAL_SEED_BASE
+    from agentrl.model import encode_prompt, load_pretrained
     from agentrl.registry import make
-    from agentrl.rollout import Sampling, encode_prompt
+    from agentrl.rollout import Sampling
     from agentrl.rollout.backends import HFBackend
     from agentrl.rollout.prompting import build_prompt
     from agentrl.run import compose
-    from agentrl.run.trainer import EVAL_SEED_BASE
 
     cfg = compose([*COMMON, f"model.name_or_path={init}"])
     torch.manual_seed(seed)

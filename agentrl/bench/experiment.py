@@ -69,9 +69,17 @@ def code_version() -> str:
     return f"{agentrl.__version__}+{digest.hexdigest()[:12]}"
 
 
+RENAMED = {"trainer.eval_temperature=": "rollout.eval_temperature="}
+"""Settings renamed since runs were first stored: keys hash their first spelling, so a rename
+alone does not orphan stored runs (the code version still separates old code from new)."""
+
+
 def spec_key(*parts) -> str:
     """A short hash of ``parts`` (JSON-encodable): everything that determines a run."""
-    return hashlib.sha256(json.dumps(list(parts)).encode()).hexdigest()[:16]
+    text = json.dumps(list(parts))
+    for new, old in RENAMED.items():
+        text = text.replace(new, old)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)

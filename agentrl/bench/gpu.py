@@ -101,9 +101,9 @@ def _stage_train(work: Path) -> tuple[bool, dict]:
 def _stage_learner() -> dict:
     import numpy as np
 
-    from agentrl.learn.learner import Learner, LearnerConfig, Sample
-    from agentrl.learn.model import ModelConfig, build_tiny_model, build_tokenizer
-    from agentrl.model import banned_token_ids
+    from agentrl.learn.learner import Learner, LearnerConfig
+    from agentrl.model import ModelConfig, banned_token_ids, build_tiny_model, build_tokenizer
+    from agentrl.model.forward import Sample
 
     cfg = ModelConfig(**{k.removeprefix("model."): v for k, v in ARCH.items()})
     tok = build_tokenizer(["push the box up down left right # _ O X P"] * 50, cfg.vocab_size)

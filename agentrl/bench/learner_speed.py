@@ -60,10 +60,16 @@ from agentrl.bench._report import (
     table_rows,
     write_markdown,
 )
-from agentrl.learn.learner import Learner, LearnerConfig, Sample
-from agentrl.learn.model import ModelConfig, build_tiny_model, build_tokenizer
-from agentrl.model import banned_token_ids
-from agentrl.rollout import HFBackend, Sampling, encode_prompt
+from agentrl.learn.learner import Learner, LearnerConfig
+from agentrl.model import (
+    ModelConfig,
+    banned_token_ids,
+    build_tiny_model,
+    build_tokenizer,
+    encode_prompt,
+)
+from agentrl.model.forward import Sample
+from agentrl.rollout import HFBackend, Sampling
 
 TARGET = 1.5
 """The issue's goal: agentrl's iteration at least this many times TRL's tokens/s."""

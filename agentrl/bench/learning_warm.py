@@ -63,7 +63,7 @@ BUDGET = [
     "rollout.history_length=0",
     "rollout.max_new_tokens=3",
     # Sampled evaluation: the warm start's greedy policy loops, and sampling is what RL trains.
-    "rollout.eval_temperature=1.0",
+    "trainer.eval_temperature=1.0",
     # The learning rate whose first update moves the policy by the usual PPO KL (the notes:
     # Budget, with the larger rate that left every method at the warm start).
     "learner.lr=3e-4",

@@ -76,7 +76,8 @@ def measure_pools(quick: bool, log: Callable[[str], Any] = print) -> list[dict[s
     except ImportError as exc:  # pragma: no cover - optional extra
         log(f"[scale] env pools skipped: ALFWorld is not installed ({exc})")
         return []
-    from agentrl.rollout.env_pool import PoolConfig, make_pool
+    from agentrl.rollout.env_pool import PoolConfig
+    from agentrl.rollout.pools import make_pool
 
     n_games, n_envs, turns = (4, 4, 100) if quick else (6, 8, 200)
     workers = os.cpu_count() or 1

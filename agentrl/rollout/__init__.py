@@ -20,13 +20,12 @@ _WHERE = {
     "Generation": "backends",
     "HFBackend": "backends",
     "Sampling": "backends",
-    "encode_prompt": "backends",
     "RolloutConfig": "loop",
     "collect": "loop",
 }
 
 if TYPE_CHECKING:
-    from agentrl.rollout.backends import Backend, Generation, HFBackend, Sampling, encode_prompt
+    from agentrl.rollout.backends import Backend, Generation, HFBackend, Sampling
     from agentrl.rollout.loop import RolloutConfig, collect
 
 __all__ = [
@@ -36,7 +35,6 @@ __all__ = [
     "RolloutConfig",
     "Sampling",
     "collect",
-    "encode_prompt",
 ]
 
 

@@ -141,13 +141,3 @@ def _response_length(row: list[int], pad: int, eos: int) -> int:
     while n > 0 and row[n - 1] == pad:
         n -= 1
     return n
-
-
-def encode_prompt(tokenizer, text: str, max_tokens: int) -> list[int]:
-    """Chat-format ``text`` as a user turn and tokenize it, keeping the last ``max_tokens``."""
-    if getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
-        )
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    return ids[-max_tokens:]

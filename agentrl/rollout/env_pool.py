@@ -24,9 +24,8 @@ A worker that dies (crash, ``os._exit``, out of memory) or stops answering withi
 that was running on it is reported as *truncated* (reward 0, ``info["worker_error"]`` says why)
 and the run goes on. Those environments are reset normally at the next episode.
 
-:func:`make_pool` picks the pool from :class:`PoolConfig` (``rollout.env_pool`` /
-``rollout.env_workers``): ``auto`` uses processes for environments registered with
-``parallel=True`` (of the bundled ones only ALFWorld) and the inline pool otherwise.
+:func:`agentrl.rollout.pools.make_pool` picks the pool from :class:`PoolConfig`
+(``rollout.env_pool`` / ``rollout.env_workers``).
 """
 
 from __future__ import annotations
@@ -403,7 +402,7 @@ class ProcessPool(ShardedPool):
         # spawn: a forked child of a process holding torch threads can deadlock.
         ctx = mp.get_context("spawn")
         sizes = [len(range(k, n, self.w)) for k in range(self.w)]
-        module = _defining_module(name)
+        module = defining_module(name)
         start = max(START_TIMEOUT_S, step_timeout_s) if start_timeout_s is None else start_timeout_s
         self.workers: list[_Worker] = []
         try:
@@ -465,7 +464,7 @@ class ProcessPool(ShardedPool):
                     wk.proc.kill()
 
 
-def _defining_module(name: str) -> str:
+def defining_module(name: str) -> str:
     """The module a worker imports so that ``name`` is registered there too."""
     from agentrl.registry import env_spec
 
@@ -473,34 +472,3 @@ def _defining_module(name: str) -> str:
     if isinstance(entry, str):
         return entry.split(":", 1)[0]
     return getattr(entry, "__module__", "") or ""
-
-
-def make_pool(name: str, kwargs: dict | None, n: int, cfg: PoolConfig | None = None) -> EnvPool:
-    """``n`` environments registered as ``name`` in the pool ``cfg`` asks for."""
-    from agentrl.registry import env_spec, make
-
-    cfg = cfg or PoolConfig()
-    kind = cfg.kind
-    if kind == "auto":
-        kind = "process" if env_spec(name).parallel else "inline"
-    if kind == "ray":  # an optional extra: fail before any work if it is missing
-        from agentrl.rollout.ray_pool import require_ray
-
-        require_ray()
-    if kind in ("process", "ray"):
-        # An environment may need one-off work (finding or generating its data) that should
-        # happen once here rather than in every worker: it offers ``prepare()``.
-        probe = make(name, **(kwargs or {}))
-        prepare = getattr(probe.unwrapped, "prepare", None)
-        if callable(prepare):
-            prepare()
-        probe.close()
-    if kind == "ray":
-        from agentrl.rollout.ray_pool import RayPool
-
-        return RayPool(
-            name, kwargs, n, cfg.workers, cfg.step_timeout_s, cfg.ray_num_cpus, cfg.ray_resources
-        )
-    if kind == "process":
-        return ProcessPool(name, kwargs, n, cfg.workers, cfg.step_timeout_s, cfg.start_timeout_s)
-    return InlinePool([make(name, **(kwargs or {})) for _ in range(n)])

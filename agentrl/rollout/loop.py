@@ -21,7 +21,8 @@ import gymnasium as gym
 
 from agentrl.configuration import ConfigError, check
 from agentrl.credit.batch import Step, Trajectory, TrajectoryGroup
-from agentrl.rollout.backends import Backend, Sampling, encode_prompt
+from agentrl.model import encode_prompt
+from agentrl.rollout.backends import Backend, Sampling
 from agentrl.rollout.env_pool import EnvPool, InlinePool, PoolConfig
 from agentrl.rollout.prompting import ActionFormat, build_prompt, project_action
 
@@ -66,8 +67,6 @@ class RolloutConfig:
     top_p: float = 1.0
     top_k: int = 0
     """0 disables top-k."""
-    eval_temperature: float = 0.0
-    """Temperature for evaluation episodes (0 = greedy)."""
     max_batch_size: int = 256
     """Largest number of prompts in one generate call (larger batches are split)."""
     env_pool: Literal["auto", "inline", "process", "ray"] = "auto"

@@ -44,10 +44,10 @@ from typing import Any
 from agentrl.rollout.env_pool import (
     ShardedPool,
     WorkerDied,
-    _defining_module,
     announce,
     build_share,
     data_notices,
+    defining_module,
     serve_share,
 )
 
@@ -205,7 +205,7 @@ class RayPool(ShardedPool):
             log.warning("env pool: %d actors x %g CPUs > the %g CPUs of the Ray cluster; some "
                         "will wait for resources", self.w, self.num_cpus, cpus)  # fmt: skip
         self._sizes = [len(range(k, n, self.w)) for k in range(self.w)]
-        self._module = _defining_module(name)
+        self._module = defining_module(name)
         # The same hash seed in every actor, as for worker processes (see ProcessPool).
         env_vars = {"PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED") or "0"}
         self._cls = ray.remote(EnvActor).options(

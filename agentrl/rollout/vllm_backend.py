@@ -307,7 +307,7 @@ class VLLMBackend:
     @torch.no_grad()
     def _rescore(self, prompts: Sequence[list[int]], gens: list[Generation], temp: float) -> None:
         """Replace the log-probs of ``gens`` by log_softmax(logits / temp) of the policy."""
-        from agentrl.learn.learner import Sample, score_samples
+        from agentrl.model.forward import Sample, score_samples
 
         if self.policy is None:
             raise ValueError(

@@ -17,7 +17,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from agentrl.configuration import ConfigError, closest
+from agentrl.configuration import ConfigError, closest, removed_key
 from agentrl.run.config import NODES, RunConfig, build_run_config, register_schemas
 
 log = logging.getLogger("agentrl")
@@ -31,7 +31,8 @@ def _main(cfg: DictConfig) -> None:
         log.error("invalid config: %s", exc)
         sys.exit(2)
     from agentrl.learn.learner import NonFiniteLossError
-    from agentrl.run.trainer import RunDirInUse, train
+    from agentrl.run.checkpoint import RunDirInUse
+    from agentrl.run.trainer import train
 
     # Under torchrun the ranks other than 0 take rank 0's folder (see train()).
     out_dir = run_cfg.trainer.out_dir or HydraConfig.get().runtime.output_dir
@@ -97,7 +98,7 @@ def explain_hydra_error(exc: BaseException) -> ConfigError | None:
             return None
         return ConfigError(
             f"{full_key} is not a valid key; valid keys are {sorted(valid)}."
-            + closest(str(key), valid)
+            + (removed_key(str(full_key)) or closest(str(key), valid))
         )
     return None
 

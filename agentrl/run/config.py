@@ -18,7 +18,7 @@ from typing import Any
 from agentrl.configuration import ConfigError, closest, from_mapping, to_dict
 from agentrl.credit import estimator_config, get_estimator, list_estimators
 from agentrl.learn.learner import LearnerConfig
-from agentrl.learn.model import ModelConfig, check_model_source
+from agentrl.model import ModelConfig, check_model_source
 from agentrl.registry import env_spec, list_envs, validate_env_kwargs
 from agentrl.rollout import RolloutConfig
 from agentrl.run.trainer_config import TrainerConfig

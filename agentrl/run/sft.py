@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -41,14 +40,13 @@ import torch
 import torch.nn.functional as F
 
 from agentrl.configuration import ConfigError, check, from_mapping, to_dict
-from agentrl.learn.learner import Sample, forward_chunk, micro_batches
-from agentrl.learn.model import save_model
 from agentrl.learn.value import new_value_head, prompt_hidden, save_value_head
-from agentrl.model import banned_token_ids
-from agentrl.registry import env_spec, make
-from agentrl.rollout import encode_prompt
+from agentrl.model import banned_token_ids, encode_prompt, save_model
+from agentrl.model.forward import Sample, forward_chunk, micro_batches
+from agentrl.registry import make
 from agentrl.rollout.prompting import build_prompt
 from agentrl.run.config import RunConfig
+from agentrl.run.setup import build_policy, resolve_device, set_threads, with_prompt_style
 
 log = logging.getLogger("agentrl")
 
@@ -273,25 +271,16 @@ def train_sft(run_cfg: RunConfig, cfg: SFTConfig, out_dir: str | Path) -> dict[s
     """Clone ``run_cfg.env_name``'s demonstrations into the run's model; save it to
     ``out_dir`` (Hugging Face format, tokenizer, ``sft_config.json``, ``metrics.jsonl``, and
     ``value_head.safetensors`` with ``sft.value_coef > 0``). Returns the last logged metrics."""
-    from agentrl.run.trainer import EVAL_SEED_BASE, _build_model, _device, choose_num_threads
+    from agentrl.env_api import EVAL_SEED_BASE
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    if run_cfg.rollout.prompt_style == "auto":  # the environment's own layout, as the trainer
-        style = env_spec(run_cfg.env_name).prompt_style
-        run_cfg = replace(run_cfg, rollout=replace(run_cfg.rollout, prompt_style=style))
-    device = _device(run_cfg.trainer.device)
-    threads, why = choose_num_threads(
-        run_cfg.trainer.num_threads,
-        cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        load=os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0,
-        omp_env=os.environ.get("OMP_NUM_THREADS"),
-    )
-    torch.set_num_threads(threads)
-    log.info("torch CPU threads: %d (%s)", threads, why)
+    run_cfg = with_prompt_style(run_cfg)  # the environment's own layout, as the trainer
+    device = resolve_device(run_cfg.trainer.device)
+    set_threads(run_cfg.trainer.num_threads)
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
-    model, tokenizer = _build_model(run_cfg, rng, None)
+    model, tokenizer = build_policy(run_cfg, rng)
     model.to(device)
 
     t0 = time.perf_counter()

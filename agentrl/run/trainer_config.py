@@ -28,6 +28,10 @@ class TrainerConfig:
     """Evaluate on held-out seeds every N iterations and at the end (0 = never)."""
     eval_episodes: int = 32
     """Episodes per evaluation (one per held-out seed)."""
+    eval_temperature: float = 0.0
+    """Sampling temperature of evaluation episodes (0 = greedy). Sampled evaluations draw from a
+    random stream of their own, the same at every evaluation, so a checkpoint's score is a
+    function of its weights."""
     eval_samples: int = 2
     """Evaluation trajectories written to TensorBoard as text."""
     save_initial: bool = False
@@ -40,8 +44,6 @@ class TrainerConfig:
     dist_timeout_s: float = 1800.0
     """Under torchrun: how long any collective may wait for the other ranks before the job
     fails (a hung or dead rank then stops every rank instead of hanging them)."""
-    tokenizer_episodes: int = 32
-    """Random episodes whose prompts train the tiny model's tokenizer."""
     progress: bool = True
     """Show a progress bar."""
 
@@ -56,11 +58,11 @@ class TrainerConfig:
         check(self.save_every >= 0, "trainer.save_every", self.save_every, ">= 0")
         check(self.eval_every >= 0, "trainer.eval_every", self.eval_every, ">= 0")
         check(self.eval_episodes >= 1, "trainer.eval_episodes", self.eval_episodes, ">= 1")
+        check(
+            0 <= self.eval_temperature <= 100,
+            "trainer.eval_temperature",
+            self.eval_temperature,
+            "in [0, 100]",
+        )
         check(self.num_threads >= 0, "trainer.num_threads", self.num_threads, ">= 0")
         check(self.dist_timeout_s > 0, "trainer.dist_timeout_s", self.dist_timeout_s, "> 0")
-        check(
-            self.tokenizer_episodes >= 1,
-            "trainer.tokenizer_episodes",
-            self.tokenizer_episodes,
-            ">= 1",
-        )

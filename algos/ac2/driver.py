@@ -23,7 +23,7 @@ from collections import deque
 import numpy as np
 import torch
 
-from agentrl.algos._prefix import EVAL_SEED_BASE, PrefixSampler
+from agentrl.algos._prefix import PrefixSampler
 from agentrl.algos.ac2.core import (
     GRID,
     AC2Config,
@@ -37,9 +37,10 @@ from agentrl.algos.ac2.core import (
     value_prompt,
 )
 from agentrl.credit.batch import Trajectory, TrajectoryGroup
-from agentrl.rollout import encode_prompt
+from agentrl.env_api import EVAL_SEED_BASE
+from agentrl.model import encode_prompt
 
-__all__ = ["EVAL_SEED_BASE", "AC2Driver"]
+__all__ = ["AC2Driver"]
 
 
 class AC2Driver(PrefixSampler):

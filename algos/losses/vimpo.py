@@ -49,12 +49,6 @@ class VIMPOConfig:
     """β of the implied reward ρ = β·log(π/π_ref)."""
     c_a: float = 5e-3
     """Weight c_A of the PPO actor branch (0: value loss only)."""
-    actor_clip_low: float = 0.2
-    """ε_low of the actor branch's PPO clip."""
-    actor_clip_high: float = 0.2
-    """ε_high of the actor branch's PPO clip."""
-    actor_clip_c: float = 3.0
-    """Dual-clip bound of the actor branch (negative advantages)."""
     loss_agg: LossAgg | None = None
     """Aggregation of the actor branch (None: ``learner.loss_agg``); the value loss is always
     a mean over responses."""
@@ -64,19 +58,6 @@ class VIMPOConfig:
             math.isfinite(self.beta) and self.beta > 0, "learner.loss_args.beta", self.beta, "> 0"
         )
         check(self.c_a >= 0, "learner.loss_args.c_a", self.c_a, ">= 0")
-        check(
-            0 < self.actor_clip_low < 1,
-            "learner.loss_args.actor_clip_low",
-            self.actor_clip_low,
-            "in (0, 1)",
-        )
-        check(
-            self.actor_clip_high > 0,
-            "learner.loss_args.actor_clip_high",
-            self.actor_clip_high,
-            "> 0",
-        )
-        check(self.actor_clip_c > 1, "learner.loss_args.actor_clip_c", self.actor_clip_c, "> 1")
 
 
 def implied_reward_and_kl(
@@ -182,8 +163,10 @@ def vimpo(inp: LossInputs, cfg: VIMPOConfig) -> tuple[torch.Tensor, dict[str, An
         if ADV_KEY not in inp.extra:
             raise ValueError("vimpo's actor branch needs the advantage of its prepare hook")
         ratio = torch.exp(torch.clamp(inp.logp - inp.old_logp, -20.0, 20.0))
+        # The learner's one PPO clip (learner.clip_low/clip_high/clip_ratio_c), as for ppo.
+        lc = inp.learner
         tok, clipped = clipped_surrogate(
-            ratio, inp.extra[ADV_KEY], cfg.actor_clip_low, cfg.actor_clip_high, cfg.actor_clip_c
+            ratio, inp.extra[ADV_KEY], lc.clip_low, lc.clip_high, lc.clip_ratio_c
         )
         actor = inp.agg(tok, cfg.loss_agg)
         loss = loss + cfg.c_a * actor

@@ -25,7 +25,7 @@ from agentrl.credit import (
 )
 from agentrl.credit.synthetic import SyntheticScorer
 from agentrl.run.distributed import init_distributed, shard, shutdown
-from agentrl.run.trainer import gather_groups
+from agentrl.credit.stage import gather_groups
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dist_cases import synthetic_groups

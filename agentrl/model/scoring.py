@@ -7,10 +7,10 @@
 over the vocabulary the policy samples from (the pad token masked, :mod:`agentrl.model.vocab`)
 of the response tokens y given the chat-formatted context (a user turn, formatted and truncated
 to its last ``max_prompt_tokens`` tokens exactly as the rollout prompts are, via
-:func:`~agentrl.rollout.encode_prompt`). Shapes: n pairs in, (n,) float64 out. Pairs are scored
-under ``torch.no_grad()`` in left-padded micro-batches of at most ``token_budget`` padded tokens,
-using the learner's :func:`~agentrl.learn.learner.score_samples`, so a score does not depend on
-which other pairs share its micro-batch.
+:func:`~agentrl.model.prompt.encode_prompt`). Shapes: n pairs in, (n,) float64 out. Pairs are
+scored under ``torch.no_grad()`` in left-padded micro-batches of at most ``token_budget`` padded
+tokens, with :func:`~agentrl.model.forward.score_samples` (the learner's own scoring), so a
+score does not depend on which other pairs share its micro-batch.
 
 Departures: the response is re-tokenized from its text (``add_special_tokens=False``, and text
 that spells a special token such as ``<|pad|>`` stays plain text), so it can differ from the
@@ -26,9 +26,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from agentrl.learn.learner import Sample, score_samples
-from agentrl.model import banned_token_ids
-from agentrl.rollout import encode_prompt
+from agentrl.model.forward import Sample, score_samples
+from agentrl.model.prompt import encode_prompt
+from agentrl.model.vocab import banned_token_ids
 
 
 class PolicyScorer:

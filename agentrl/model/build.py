@@ -59,8 +59,6 @@ class LoRAConfig:
 class ModelConfig:
     """Which policy model to use; the ``tiny_*`` fields only apply when building one."""
 
-    name: str = "tiny"
-    """Preset name (informational; ``model=tiny`` selects the built-from-config model)."""
     name_or_path: str | None = None
     """Hub id or local directory to load with ``from_pretrained``; None builds the tiny model."""
     arch: Literal["llama", "qwen2"] = "llama"
@@ -84,6 +82,8 @@ class ModelConfig:
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory, more compute)."""
     lora: LoRAConfig = field(default_factory=LoRAConfig)
+    tokenizer_episodes: int = 32
+    """Random episodes whose prompts train the tiny model's tokenizer."""
 
     def __post_init__(self) -> None:
         check(
@@ -104,7 +104,13 @@ class ModelConfig:
             self.vocab_size,
             ">= 300 (256 byte symbols plus merges and special tokens)",
         )
-        for name in ("hidden_size", "num_layers", "intermediate_size", "max_positions"):
+        for name in (
+            "hidden_size",
+            "num_layers",
+            "intermediate_size",
+            "max_positions",
+            "tokenizer_episodes",
+        ):
             check(getattr(self, name) > 0, f"model.{name}", getattr(self, name), "positive")
 
 

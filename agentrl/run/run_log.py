@@ -1,0 +1,107 @@
+"""Where a run's metrics go: TensorBoard, ``metrics.jsonl``, the console, and the closing
+summary.
+
+Only the main rank writes (:class:`RunLog` with ``is_main=False`` writes nothing). On resume the
+rows past the checkpoint are dropped from ``metrics.jsonl`` and TensorBoard purges the same
+steps, so a replayed iteration is logged once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from agentrl.credit.batch import TrajectoryGroup
+from agentrl.run.checkpoint import metrics_rows_kept
+from agentrl.run.evaluate import format_trajectory
+
+log = logging.getLogger("agentrl")
+
+
+class RunLog:
+    """The run's metric sinks, opened for a run that starts (or resumes) at ``start``."""
+
+    def __init__(self, out_dir: Path, start: int, is_main: bool):
+        self.path = out_dir / "metrics.jsonl"
+        self.writer = None
+        if is_main:
+            from torch.utils.tensorboard import SummaryWriter
+
+            # On resume, drop logs past the checkpoint: those iterations are replayed (from
+            # scratch, iteration 0 is logged again, so everything goes).
+            self.writer = SummaryWriter(str(out_dir / "tb"), purge_step=start + 1 if start else 0)
+            metrics_rows_kept(self.path, start)
+
+    def write(
+        self, it: int, metrics: dict[str, float], samples: list[TrajectoryGroup] = ()
+    ) -> None:
+        """Iteration ``it``'s metrics (and evaluation transcripts as text) to every sink."""
+        if self.writer is None:
+            return
+        for k, group in enumerate(samples):
+            self.writer.add_text(f"eval/sample_{k}", format_trajectory(group), it)
+        for k, v in metrics.items():
+            self.writer.add_scalar(k, v, it)
+        with self.path.open("a") as fh:
+            fh.write(json.dumps({"iteration": it, **metrics}) + "\n")
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def log_iteration(it: int, total: int, metrics: dict[str, float]) -> None:
+    """One console line per iteration."""
+    extra = f"  eval success {metrics['eval/success']:.3f}" if "eval/success" in metrics else ""
+    log.info(
+        "iter %d/%d  success %.3f  return %.3f  length %.1f  invalid %.3f  "
+        "pg %.4f  (rollout %.1fs, learn %.1fs)%s",
+        it,
+        total,
+        metrics["env/success"],
+        metrics["env/return"],
+        metrics["env/length"],
+        metrics["env/invalid_rate"],
+        metrics.get("loss/pg", float("nan")),
+        metrics["perf/rollout_s"],
+        metrics["perf/learn_s"],
+        extra,
+    )
+
+
+def run_summary(rows: list[dict], out_dir: Path, checkpoint: Path | None) -> str:
+    """The closing block of a run, from its ``metrics.jsonl`` rows: final train and eval
+    success (with the untrained evaluation of iteration 0, when there was one), where the
+    run is, its last checkpoint and how to view it."""
+    lines = []
+    trained = [r for r in rows if "env/success" in r]
+    evals = [r for r in rows if "eval/success" in r]
+    if trained:
+        last = trained[-1]
+        lines.append(
+            f"  train success   {last['env/success']:.3f}  (iteration {last['iteration']})"
+        )
+    if evals:
+        last = evals[-1]
+        untrained = next((r for r in evals if r["iteration"] == 0), None)
+        text = f"  eval success    {last['eval/success']:.3f}  (iteration {last['iteration']}"
+        if untrained is not None and untrained is not last:
+            text += f"; untrained, iteration 0: {untrained['eval/success']:.3f}"
+        lines.append(text + ")")
+    lines += [
+        f"  run folder      {out_dir}",
+        f"  last checkpoint {checkpoint if checkpoint is not None else 'none saved'}",
+        f"  view it with    tensorboard --logdir {out_dir / 'tb'}",
+    ]
+    return "\n".join(["", "agentrl: run finished", *lines])
+
+
+def print_summary(out_dir: Path, checkpoint: Path | None, is_main: bool) -> None:
+    """Print :func:`run_summary` to stdout (visible even when logging is quiet); only the
+    main rank prints, the others hold no ``metrics.jsonl`` of their own."""
+    if not is_main:
+        return
+    path = out_dir / "metrics.jsonl"
+    rows = [json.loads(ln) for ln in path.read_text().splitlines() if ln] if path.exists() else []
+    print(run_summary(rows, out_dir, checkpoint), flush=True)
