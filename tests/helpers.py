@@ -8,8 +8,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 import agentrl
 from agentrl.credit.batch import Step, StepBatch, Trajectory, TrajectoryGroup
+from agentrl.rollout import Generation
 
 # Generated ALFWorld games for tests: few per split, cached across runs (generation is
 # deterministic for a seed, so a stale cache cannot differ from a fresh one).
@@ -102,3 +105,49 @@ def run_agentrl(
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     return read_metrics(out_dir)
+
+
+class ScriptedBackend:
+    """Answers every prompt with the next scripted text (a stand-in for a model)."""
+
+    def __init__(self, answers):
+        self.answers = iter(answers)
+        self.calls = []
+
+    def generate(self, prompts, sampling):
+        self.calls.append(len(prompts))
+        out = []
+        for _ in prompts:
+            text = next(self.answers)
+            out.append(
+                Generation(token_ids=[7] * len(text), logprobs=[-1.0] * len(text), text=text)
+            )
+        return out
+
+
+def _random_bytes_text(seed: int) -> str:
+    raw = np.random.default_rng(seed).integers(0, 256, size=300, dtype=np.uint8).tobytes()
+    return raw.decode("utf-8", errors="replace")
+
+
+# Inputs that are no action in any environment's grammar.
+GARBAGE = [
+    "",
+    "   \n\t ",
+    "qz" * 5000,  # 10k characters
+    "↑↓←→ 上へ移動 🚀 ∀x∃y",
+    _random_bytes_text(0),
+    _random_bytes_text(1),
+    "<action></action>",
+    "\x00\x01\x02",
+]
+
+
+def check_info(info: dict, keys: tuple[str, ...]) -> None:
+    for key in keys:
+        assert key in info, f"info lacks {key!r}"
+    hash(info["anchor"])
+    assert isinstance(info["won"], bool)
+    adm = info["admissible_actions"]
+    assert adm is None or (isinstance(adm, list) and all(isinstance(a, str) for a in adm))
+    assert isinstance(info["task"], str) and info["task"]

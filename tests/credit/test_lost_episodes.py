@@ -15,8 +15,7 @@ import hashlib
 import crashy_env  # noqa: F401 - registers "crashy"
 import numpy as np
 import pytest
-from helpers import read_metrics
-from test_rollout import ScriptedBackend
+from helpers import ScriptedBackend, read_metrics
 
 from agentrl.credit import compute_advantages, estimator_config
 from agentrl.credit.batch import StepBatch

@@ -19,7 +19,7 @@ from agentrl.bench._check import read_tables
 from agentrl.bench.scale_pools import pools_section
 from agentrl.bench.stats import compare_pair, pairs_table
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "results"
 BENCH = Path(_report.__file__).resolve().parent
 GYM_ERROR = "ModuleNotFoundError: No module named 'gym_sokoban'"
 
@@ -63,7 +63,7 @@ def test_the_default_output_folder_is_a_scratch_folder_not_results(monkeypatch, 
         main(["credit", "--update", "--out", "somewhere"])
     with pytest.raises(SystemExit):
         main(["credit", "--check", "--update"])
-    assert "bench-out/" in (Path(__file__).resolve().parents[1] / ".gitignore").read_text()
+    assert "bench-out/" in (Path(__file__).resolve().parents[2] / ".gitignore").read_text()
 
 
 def test_committed_dir_is_the_source_trees_results():

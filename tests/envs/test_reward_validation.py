@@ -6,8 +6,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
-from helpers import make_batch
-from test_rollout import ScriptedBackend
+from helpers import ScriptedBackend, make_batch
 
 import agentrl
 from agentrl.credit import compute_advantages

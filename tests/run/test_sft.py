@@ -9,8 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import make_env, read_metrics
-from test_rollout import ScriptedBackend
+from helpers import ScriptedBackend, make_env, read_metrics
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import agentrl

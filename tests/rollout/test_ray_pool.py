@@ -16,8 +16,7 @@ from pathlib import Path
 import crashy_env  # noqa: F401 - registers "crashy"
 import numpy as np
 import pytest
-from helpers import ENV_TEST_KWARGS, make_env
-from test_env_contract import GARBAGE, _check_info
+from helpers import ENV_TEST_KWARGS, GARBAGE, check_info, make_env
 
 import agentrl
 from agentrl.configuration import ConfigError
@@ -125,11 +124,11 @@ def test_ray_pool_gives_the_inline_results(ray_local, name):
     for transcript in got:
         obs, info = transcript[0]
         assert isinstance(obs, str) and obs
-        _check_info(info, INFO_KEYS)
+        check_info(info, INFO_KEYS)
         obs, reward, terminated, truncated, info = transcript[1]
         assert isinstance(obs, str) and isinstance(reward, float)
         assert isinstance(terminated, bool) and isinstance(truncated, bool)
-        _check_info(info, STEP_INFO_KEYS)
+        check_info(info, STEP_INFO_KEYS)
         assert "worker_error" not in info
 
 
@@ -207,7 +206,7 @@ def test_env_exception_truncates_only_that_episode(ray_local):
 def test_rollout_survives_an_actor_dying_mid_batch(ray_local):
     """collect() over a Ray pool: the killed actor's episodes end truncated and are flagged as
     lost; the other actor's episodes play on to their wins, and the next batch runs."""
-    from test_rollout import ScriptedBackend
+    from helpers import ScriptedBackend
 
     from agentrl.credit.batch import StepBatch
     from agentrl.model import build_tokenizer

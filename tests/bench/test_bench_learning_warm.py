@@ -263,7 +263,7 @@ def test_runs_of_another_code_version_are_never_pooled(tmp_path, monkeypatch):
 
 def test_the_committed_store_is_reported_as_the_pre_versioned_group(tmp_path):
     """The committed runs carry no code version: one group, ``pre-0.2.x``, still reportable."""
-    committed = Path(__file__).resolve().parents[1] / "results"
+    committed = Path(__file__).resolve().parents[2] / "results"
     store = ex.RunStore(tmp_path / lw.STORE, committed / lw.STORE)
     assert len(store.records) == 79 and {ex.version_of(r) for r in store.records} == {
         ex.PRE_VERSION

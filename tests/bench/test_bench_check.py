@@ -17,7 +17,7 @@ from agentrl.bench import credit, learner_speed
 from agentrl.bench.__main__ import CHECKS, main
 from agentrl.bench._check import Figure, evaluate, parse_number, read_tables, tables_in
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "results"
 
 
 # --- the comparison ---

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers import ScriptedBackend
 
 import agentrl
 from agentrl.configuration import ConfigError
@@ -45,24 +46,6 @@ def test_unknown_env_lists_names_and_closest():
         agentrl.make("sokobam")
     with pytest.raises(ConfigError, match=r"env\.max_step is not a valid key.*max_steps"):
         agentrl.make("guess", max_step=3)
-
-
-class ScriptedBackend:
-    """Answers every prompt with the next scripted text (a stand-in for a model)."""
-
-    def __init__(self, answers):
-        self.answers = iter(answers)
-        self.calls = []
-
-    def generate(self, prompts, sampling):
-        self.calls.append(len(prompts))
-        out = []
-        for _ in prompts:
-            text = next(self.answers)
-            out.append(
-                Generation(token_ids=[7] * len(text), logprobs=[-1.0] * len(text), text=text)
-            )
-        return out
 
 
 def test_collect_groups_share_task_drop_finished_and_penalise_invalid():

@@ -101,7 +101,7 @@ def test_env_exception_truncates_only_that_episode(kind):
 def test_rollout_survives_a_worker_dying_mid_batch():
     """collect() over a process pool: the killed worker's episodes end truncated, unpenalised;
     the other worker's episodes play on to their wins, and the run goes on."""
-    from test_rollout import ScriptedBackend
+    from helpers import ScriptedBackend
 
     from agentrl.credit.batch import StepBatch
     from agentrl.model import build_tokenizer

@@ -18,7 +18,7 @@ from helpers import read_metrics, run_agentrl
 
 from agentrl.learn.learner import Learner, LearnerConfig
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/
 
 
 def torchrun(script: Path, *args: str, n: int = 2, timeout: int = 300) -> None:

@@ -8,7 +8,7 @@ import itertools
 
 import pytest
 import torch
-from test_rollout import ScriptedBackend
+from helpers import ScriptedBackend
 
 import agentrl.credit.stage as stage_mod
 from agentrl.configuration import ConfigError

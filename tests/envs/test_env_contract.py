@@ -13,40 +13,12 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
-from helpers import make_env
+from helpers import GARBAGE, check_info, make_env
 
 import agentrl
 from agentrl.env_api import INFO_KEYS, STEP_INFO_KEYS, ResetNeeded, TextEnv
 
 ENV_NAMES = agentrl.list_envs()
-
-
-def _random_bytes_text(seed: int) -> str:
-    raw = np.random.default_rng(seed).integers(0, 256, size=300, dtype=np.uint8).tobytes()
-    return raw.decode("utf-8", errors="replace")
-
-
-# Inputs that are no action in any environment's grammar.
-GARBAGE = [
-    "",
-    "   \n\t ",
-    "qz" * 5000,  # 10k characters
-    "↑↓←→ 上へ移動 🚀 ∀x∃y",
-    _random_bytes_text(0),
-    _random_bytes_text(1),
-    "<action></action>",
-    "\x00\x01\x02",
-]
-
-
-def _check_info(info: dict, keys: tuple[str, ...]) -> None:
-    for key in keys:
-        assert key in info, f"info lacks {key!r}"
-    hash(info["anchor"])
-    assert isinstance(info["won"], bool)
-    adm = info["admissible_actions"]
-    assert adm is None or (isinstance(adm, list) and all(isinstance(a, str) for a in adm))
-    assert isinstance(info["task"], str) and info["task"]
 
 
 def _policy_action(info: dict, rng: np.random.Generator) -> str:
@@ -64,7 +36,7 @@ def test_types_and_info_keys(name):
     assert isinstance(env.unwrapped, TextEnv)
     obs, info = env.reset(seed=3)
     assert isinstance(obs, str) and obs
-    _check_info(info, INFO_KEYS)
+    check_info(info, INFO_KEYS)
     rng = np.random.default_rng(0)
     out = env.step(_policy_action(info, rng))
     assert len(out) == 5
@@ -72,7 +44,7 @@ def test_types_and_info_keys(name):
     assert isinstance(obs, str)
     assert isinstance(reward, float)
     assert isinstance(terminated, bool) and isinstance(truncated, bool)
-    _check_info(info, STEP_INFO_KEYS)
+    check_info(info, STEP_INFO_KEYS)
     assert info["action_valid"] is True
     assert isinstance(info["executed_action"], str)
 
