@@ -23,6 +23,11 @@ through ``_step_costs`` and lists them in ``cost_names`` (WebShop: ``over_budget
 purchase above the goal's price limit). The rollout drops malformed entries with a warning
 instead of failing (:func:`agentrl.rollout.loop.step_costs`).
 
+Optionally, after a step, ``info["rubric_reward"]`` is one finite float of either sign: a
+process reward the environment computes from the transition (s, a, s') by its own rubric, read
+by rubric-based credit assignment (``algo=trca``). It is kept apart from the step's reward, so
+other estimators never see it. None of the bundled environments reports one.
+
 :class:`TextEnv` implements the bookkeeping (step limit, truncation vs termination, the info
 keys, never raising on bad actions); subclasses implement ``_reset``/``_step`` and draw all
 randomness from ``self.np_random``. ``step`` before the first successful ``reset`` is a caller
@@ -52,6 +57,8 @@ are a function of the seed)."""
 INFO_KEYS: tuple[str, ...] = ("anchor", "won", "admissible_actions", "task")
 COSTS_KEY = "costs"
 """The optional ``info`` key of a step's named costs (see the module docstring)."""
+RUBRIC_KEY = "rubric_reward"
+"""The optional ``info`` key of a step's rubric reward (see the module docstring)."""
 STEP_INFO_KEYS: tuple[str, ...] = (*INFO_KEYS, "action_valid", "executed_action")
 
 

@@ -87,7 +87,8 @@ def shared_baseline(
     m = ret.shape[0]
     n_c, r_c = cluster_sums(ret, traj_cluster, n_clusters)
     present = n_c > 0
-    r_bar = float(ret.mean()) if m else 0.0
+    # All-equal returns: exactly that value (the plain mean can be one ulp off).
+    r_bar = (float(ret[0]) if np.all(ret == ret[0]) else float(ret.mean())) if m else 0.0
     c_seen = int(present.sum())
     ssw = float(np.sum((ret - r_c[traj_cluster]) ** 2))
     # When every cluster has one rollout, all variation counts as noise.

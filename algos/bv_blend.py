@@ -132,6 +132,13 @@ def cluster_variance(m1: np.ndarray, m2: np.ndarray, v: np.ndarray) -> np.ndarra
     return out
 
 
+def _ema(old: np.ndarray, new: np.ndarray, eta: float) -> np.ndarray:
+    """(1 − η)·old + η·new, exactly ``old`` where ``new`` equals it (the formula can move an
+    unchanged moment by one ulp, which an identical group then sees as a gap to its history
+    and turns into an advantage of order 1e-10). All (C,)."""
+    return np.where(new == old, old, (1 - eta) * old + eta * new)
+
+
 @register_estimator("bv_blend", config=BVBlendConfig, stateful=True)
 def bv_blend(
     batch: StepBatch, graph: object, cfg: BVBlendConfig, *, state: dict[str, Any] | None
@@ -166,8 +173,8 @@ def bv_blend(
     eta, seen = cfg.eta, n_c > 0  # a group without trajectories updates nothing
     k = np.maximum(n_c, 1.0)
     new = {
-        "m1": np.where(has_c, (1 - eta) * hist["m1"] + eta * r_c, r_c)[seen],
-        "m2": np.where(has_c, (1 - eta) * hist["m2"] + eta * q_c, q_c)[seen],
+        "m1": np.where(has_c, _ema(hist["m1"], r_c, eta), r_c)[seen],
+        "m2": np.where(has_c, _ema(hist["m2"], q_c, eta), q_c)[seen],
         "v": np.where(has_c, (1 - eta) ** 2 * hist["v"] + eta**2 / k, 1.0 / k)[seen],
     }
     seen_keys = tuple(key for key, ok in zip(keys, seen) if ok)

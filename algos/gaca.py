@@ -14,6 +14,10 @@ u (unknown NLL, e.g. an empty response) is treated as the trajectory mean (z = 0
 of that trajectory's mean and std; one-step and constant-NLL trajectories give z = 0, hence
 ω = ω₀; where A^S = 0 (singleton anchors) the modulation is inert. Shapes: N steps,
 M trajectories.
+
+Identical groups: as GiGPO's, the step term is not 0 in a group of identical rollouts that
+revisit an anchor (earlier visits have smaller discounted returns-to-go);
+``zero_identical_groups=true`` sets it to 0 there (off by default, as in GiGPO's reference code).
 """
 
 from __future__ import annotations
@@ -47,6 +51,9 @@ class GACAConfig:
     """Modulation strength κ: ω = ω₀(1 + κz) before clipping; 0 gives GiGPO."""
     omega_max: float = 2.0
     """Upper clip of the step weight ω (the lower clip is 0)."""
+    zero_identical_groups: bool = False
+    """Give the step term 0 in a task group whose rollouts are all identical (same anchors,
+    actions and rewards step by step); off by default, as in the reference code."""
 
     def __post_init__(self) -> None:
         check_gigpo_fields(self.gamma, self.mode, self.epsilon, self.similarity)
@@ -82,7 +89,14 @@ def step_weight(z: np.ndarray, omega0: float, kappa: float, omega_max: float) ->
 @register_estimator("gaca", config=GACAConfig)
 def gaca(batch: StepBatch, graph: object, cfg: GACAConfig) -> Advantages:
     """GACA advantage A^E + ω(z)·A^S: (N,) float64."""
-    episode, step = gigpo_components(batch, cfg.gamma, cfg.mode, cfg.epsilon, cfg.similarity)
+    episode, step = gigpo_components(
+        batch,
+        cfg.gamma,
+        cfg.mode,
+        cfg.epsilon,
+        cfg.similarity,
+        zero_identical=cfg.zero_identical_groups,
+    )
     z = nll_zscore(batch.step_nll, batch.step_traj, batch.n_trajs, cfg.epsilon)
     omega = step_weight(z, cfg.omega0, cfg.kappa, cfg.omega_max)
     return Advantages(

@@ -15,6 +15,12 @@ that could go on; episodes without a recorded final prompt fall back to 0. Lost 
 (failed env workers) never reach the estimator. Advantages are one per step (broadcast to the
 response tokens as for every estimator), whitened over the batch unless ``algo.norm_adv=false``.
 
+This is turn-level GAE as Turn-PPO (Li et al., arXiv 2512.17008) and AReaL's
+``gae_timestep_unit="turn"`` compute it: one value per turn read before the turn's response, the
+turn's reward summed into one step reward, γλ once per turn, and the next value 0 after a normal
+end (docs/methods.md#gae lists the correspondence point by point; the one difference is the
+learner's per-token ratio, where Turn-PPO pools the log-ratio over a turn).
+
 The critic (:class:`GAECritic`, the estimator's registered ``critic``) reads V(s) from the last
 hidden state at the end of the turn's prompt through a linear head (:mod:`agentrl.learn.value`):
 

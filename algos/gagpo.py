@@ -15,6 +15,12 @@ no tail after truncation. With λ = 1 the recursion telescopes to Â = G − V̂
 proxy). The method expects the learner's action-level, length-normalised (GSPO-style)
 importance ratio shared by all tokens of a step (``learner.ratio_level=step``, a learner option
 added separately); :data:`EXPECTS_STEP_RATIO` records that. Shapes: N steps, M trajectories.
+
+Identical groups: when all rollouts of a group are the same action sequence with the same
+rewards and an anchor is revisited within the rollout, V̂ of that anchor averages returns-to-go
+of different visits, so the TD residuals and the advantages are not 0 although nothing tells the
+rollouts apart. ``zero_identical_groups=true`` gives such groups 0 (off by default, following
+GiGPO's reference code, which behaves the same way).
 """
 
 from __future__ import annotations
@@ -23,7 +29,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agentrl.algos._common import centred_by_group, divide_or_zero, safe_mean, safe_std
+from agentrl.algos._common import (
+    centred_by_group,
+    divide_or_zero,
+    group_mean,
+    identical_groups,
+    safe_mean,
+    safe_std,
+)
 from agentrl.configuration import check
 from agentrl.credit import Advantages, discounted_returns, register_estimator, steps_from_end
 from agentrl.credit.batch import StepBatch
@@ -42,6 +55,9 @@ class GAGPOConfig:
     """GAE λ; λ = 1 gives MC minus proxy (which the paper's ablation says degrades)."""
     epsilon: float = 1e-6
     """Added to the group std of Â to avoid 0/0."""
+    zero_identical_groups: bool = False
+    """Give the step term 0 in a task group whose rollouts are all identical (same anchors,
+    actions and rewards step by step); off by default, as in the reference code."""
 
     def __post_init__(self) -> None:
         check(0.0 <= self.gamma <= 1.0, "algo.gamma", self.gamma, "in [0, 1]")
@@ -60,9 +76,9 @@ def grouped_value_proxy(
     Returns:
         (N,) float64.
     """
-    total = np.bincount(step_anchor, weights=step_return, minlength=n_anchors)
-    count = np.bincount(step_anchor, minlength=n_anchors)
-    return (total / np.maximum(count, 1))[step_anchor]
+    # Exact for all-equal sets: identical rollouts then get δ = 0 exactly, not rounding noise
+    # that the group normalisation would blow up to ~1e-10.
+    return group_mean(step_return, step_anchor, n_anchors)[step_anchor]
 
 
 def td_residuals(
@@ -139,6 +155,8 @@ def gagpo(batch: StepBatch, graph: object, cfg: GAGPOConfig) -> Advantages:
         cfg.lam,
         cfg.epsilon,
     )
+    if cfg.zero_identical_groups:
+        adv = np.where(identical_groups(batch)[batch.step_traj], 0.0, adv)
     return Advantages(
         step=adv, metrics={"td_abs_mean": safe_mean(np.abs(delta)), "gae_std": safe_std(gae)}
     )

@@ -28,6 +28,12 @@ smaller discounted returns, so loops are penalised). Optional ``similarity`` clu
 anchors of one group whose ``str()`` texts match by ``difflib.SequenceMatcher`` ratio (greedy,
 first matching representative wins, as verl-agent's ``build_step_group``); it needs
 ``StepBatch.anchor_keys``. Shapes: N steps, M trajectories.
+
+Identical groups: when all G rollouts of a group are the same action sequence with the same
+rewards, nothing tells them apart, yet the step term is not 0 if an anchor is revisited within
+the rollout (earlier visits have smaller discounted returns-to-go), so the same action in the
+same state gets credit of both signs. ``zero_identical_groups=true`` sets the step term to 0 in
+such groups (off by default, as in the reference code).
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from typing import Literal
 
 import numpy as np
 
-from agentrl.algos._common import centred_by_group, divide_or_zero, safe_std
+from agentrl.algos._common import centred_by_group, divide_or_zero, identical_groups, safe_std
 from agentrl.configuration import check, check_choice
 from agentrl.credit import Advantages, discounted_returns, register_estimator
 from agentrl.credit.batch import StepBatch
@@ -67,6 +73,9 @@ class GiGPOConfig:
     episode_stats: EpisodeStats = "trajectory"
     """Members of the episode mean/std: one value per ``trajectory`` (the paper's Eq. 3) or one
     per ``step``-row (verl-agent's shipped code, ``compute_mean_std_cross_steps=True``)."""
+    zero_identical_groups: bool = False
+    """Give the step term 0 in a task group whose rollouts are all identical (same anchors,
+    actions and rewards step by step); off by default, as in the reference code."""
 
     def __post_init__(self) -> None:
         check_gigpo_fields(self.gamma, self.mode, self.epsilon, self.similarity)
@@ -230,10 +239,13 @@ def gigpo_components(
     epsilon: float,
     similarity: float,
     episode_stats: str = "trajectory",
+    zero_identical: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The two GiGPO advantages of a batch, before weighting.
 
-    ``episode_stats`` is ``"trajectory"`` or ``"step"`` (see :class:`GiGPOConfig`).
+    ``episode_stats`` is ``"trajectory"`` or ``"step"`` (see :class:`GiGPOConfig`);
+    ``zero_identical`` gives A^S = 0 in groups of identical rollouts
+    (:func:`agentrl.algos._common.identical_groups`).
 
     Returns:
         (episode, step): (M,) float64 A^E per trajectory and (N,) float64 A^S per step.
@@ -245,6 +257,8 @@ def gigpo_components(
     returns = discounted_returns(batch.step_reward, batch.step_traj, gamma)
     groups, n_anchor = anchor_groups(batch, similarity)
     step = step_advantage(returns, groups, n_anchor, mode, epsilon)
+    if zero_identical:
+        step = np.where(identical_groups(batch)[batch.step_traj], 0.0, step)
     return episode, step
 
 
@@ -252,7 +266,13 @@ def gigpo_components(
 def gigpo(batch: StepBatch, graph: object, cfg: GiGPOConfig) -> Advantages:
     """GiGPO advantage A^E + ω·A^S: (N,) float64."""
     episode, step = gigpo_components(
-        batch, cfg.gamma, cfg.mode, cfg.epsilon, cfg.similarity, cfg.episode_stats
+        batch,
+        cfg.gamma,
+        cfg.mode,
+        cfg.epsilon,
+        cfg.similarity,
+        cfg.episode_stats,
+        cfg.zero_identical_groups,
     )
     return Advantages(
         step=episode[batch.step_traj] + cfg.omega * step,

@@ -51,6 +51,7 @@ from agentrl.configuration import check, check_choice
 from agentrl.credit import Advantages, register_estimator
 from agentrl.credit.batch import StepBatch, Trajectory, TrajectoryGroup
 from agentrl.env_api import EVAL_SEED_BASE
+from agentrl.rollout.sampler import Collected
 
 ADVANTAGES: tuple[str, ...] = ("mean", "pairwise")
 
@@ -161,7 +162,7 @@ class PSPPODriver(PrefixSampler):
             cands = [cands[int(i)] for i in sorted(pick)]
         return cands
 
-    def collect(self, rng: np.random.Generator) -> tuple[list[TrajectoryGroup], dict[str, float]]:
+    def collect(self, rng: np.random.Generator) -> Collected:
         cfg, rc = self.cfg, self.rc
         self.decode_tokens = 0
         budget, g_size, k_size = rc.max_new_tokens, rc.group_size, cfg.continuations
@@ -220,9 +221,9 @@ class PSPPODriver(PrefixSampler):
             "psppo/cuts_per_response": float(np.mean([len(c) for c in cuts])) if cuts else 0.0,
             "psppo/continuations": float(len(jobs)),
             "psppo/continuation_reward": float(np.mean(cont_rewards)) if cont_rewards else 0.0,
-            "perf/decode_tokens": float(self.decode_tokens),
         }
-        return list(groups.values()), metrics
+        # Decoding work: the responses and every continuation sampled after a cut.
+        return Collected(list(groups.values()), None, float(self.decode_tokens), metrics)
 
     def after_update(self, rng: np.random.Generator) -> dict[str, float]:
         return {}

@@ -12,6 +12,13 @@ rewards are out of scope for a step-level estimator; (2) the unit is the environ
 the token, so whitening weighs every step once rather than every response token; (3) verl
 scales by rsqrt(var + 1e-8), this module divides by std + ε — the two differ only when the
 batch std is below about 1e-4, and a constant batch gives exactly 0 here.
+
+``reinforce_pp`` is biased when the policy chooses when to stop: the batch mean of the
+returns-to-go, its baseline, counts every step, so a rollout that continues adds its later
+returns-to-go to the baseline of its own first step (the stop/continue test of
+:mod:`agentrl.credit.properties` with per-turn rewards; ``reinforce_pp_baseline``, whose baseline
+is per trajectory, is not). Having no group baseline, it also gives identical rollouts nonzero
+advantages whenever their returns-to-go differ from turn to turn.
 """
 
 from __future__ import annotations

@@ -31,6 +31,10 @@ likelihood) w ≡ 1 and the step term is GiGPO's anchor-local step advantage, sm
 The outcome text is used only to score; the estimator returns advantages (N,) float64 and scalar
 metrics, never a context, so it cannot leak into training prompts. All N steps are scored in two
 batched scorer calls (original and augmented contexts).
+
+Identical groups: identical rollouts that revisit an anchor get a nonzero step term, because the
+anchor group pools visits whose discounted returns-to-go differ (as GiGPO's), although nothing
+tells the rollouts apart.
 """
 
 from __future__ import annotations

@@ -76,6 +76,29 @@ def alfworld_games(n: int = 6, split: str = "train") -> list[str]:
     return generated_games(ALFWORLD_TEST_CACHE, split, n, 0, (1, 2, 3, 4, 5, 6), progress=False)
 
 
+def python_lines(fn):
+    """``(fn(), lines)``: the result of ``fn()`` and how many Python lines it executed.
+
+    A deterministic measure of work for tests that must not time (numpy's compiled loops
+    count as one line each): the same inputs always give the same count.
+    """
+    lines = 0
+
+    def local(frame, event, arg):
+        nonlocal lines
+        if event == "line":
+            lines += 1
+        return local
+
+    old = sys.gettrace()
+    sys.settrace(lambda frame, event, arg: local)
+    try:
+        result = fn()
+    finally:
+        sys.settrace(old)
+    return result, lines
+
+
 def read_metrics(out_dir: Path) -> list[dict]:
     """The rows of a run's ``out_dir / "metrics.jsonl"``, one dict per line, in order."""
     return [json.loads(x) for x in (Path(out_dir) / "metrics.jsonl").read_text().splitlines()]

@@ -25,6 +25,7 @@ from agentrl.bench._report import RESULTS, SCRATCH
 COMMANDS: dict[str, str] = {
     "env-speed": "agentrl.bench.env_speed:run",
     "credit": "agentrl.bench.credit:run",
+    "credit-learning": "agentrl.bench.credit_learning:run",
     "learner-speed": "agentrl.bench.learner_speed:run",
     "learning": "agentrl.bench.learning:run",
     "learning-warm": "agentrl.bench.learning_warm:run",
@@ -32,10 +33,11 @@ COMMANDS: dict[str, str] = {
     "vllm": "agentrl.bench.vllm:run",
     "gpu": "agentrl.bench.gpu:run",
     "scale": "agentrl.bench.scale:run",
-    "threads": "agentrl.bench.threads:run",
+    "threads": "agentrl.bench.scale:run_threads",
 }
 CHECKS: dict[str, str] = {
     "credit": "agentrl.bench.credit:check",
+    "credit-learning": "agentrl.bench.credit_learning:check",
     "learner-speed": "agentrl.bench.learner_speed:check",
 }
 

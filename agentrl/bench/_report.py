@@ -9,18 +9,26 @@ reports are read from :func:`committed_dir`.
 
 Optional peers: a comparison whose other side is not installed here (gym-sokoban, TRL, the
 stock ALFWorld engine, Ray) is never silently dropped from a report: the benchmark copies the
-committed rows or section over, marked with :func:`kept_note` ("from the committed run of
-<date>, <peer> not installed here"), or refuses to run with a message that says what is missing.
+committed rows (:func:`kept_rows`) or section (:func:`kept_section`) over, marked with
+:func:`kept_note` ("from the committed run of <date>, <peer> not installed here"), or refuses to
+run with a message that says what is missing.
 
 Notes: what a person concluded from measured runs (why a budget was chosen, the mechanism
 behind a result) is prose about numbers that code cannot recompute, so it lives beside the
 reports, in ``results/<name>_notes.md``, and a report includes it (:func:`notes`).
+
+Templates: a report's fixed text (headings, what its settings are, how to read a table, table
+headers) is Markdown in ``templates/<report>.md``, shipped with the package; the code fills its
+``$placeholders`` with the measured values (:func:`render`), so neither holds the other's part.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
+import importlib
+import io
 import os
 import platform
 import re
@@ -28,10 +36,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from string import Template
 
 SCRATCH = "bench-out"
 """Default report folder of every benchmark (relative to the current directory, git-ignored):
@@ -247,52 +257,72 @@ def update_markdown_section(path: Path, heading: str, body: str, preamble: str) 
     write_markdown(path, preamble.rstrip() + "\n\n" + "\n".join(s for _, s in sections))
 
 
-ENV_SPEED_PREAMBLE = (
-    "# Environment speed\n\n"
-    "Reproduce with `python -m agentrl.bench env-speed` (`--quick` for a smoke run). Each "
-    "`## <environment>` section is rewritten by its own benchmark; the others are kept.\n"
-)
+def kept_section(
+    name: str, heading: str, peer: str, reason: str, committed: str | os.PathLike | None = None
+) -> tuple[str | None, str]:
+    """A section that could not be measured here because ``peer`` is missing: the committed
+    report ``name``'s ``## heading`` body (``committed`` folder, default :func:`committed_dir`),
+    opened once by a line saying it is :func:`kept_note` and why (``reason``); None when that
+    report has no such section. Also returns the note."""
+    body, date = committed_section(name, heading, committed)
+    note = kept_note(peer, date)
+    if body is None or not body.strip():
+        return None, note
+    body = body.strip("\n")
+    if not body.startswith("*Kept: "):
+        body = f"*Kept: {note} ({reason}); not re-measured.*\n\n{body}"
+    return body, note
 
 
-def write_env_speed_section(out_dir: str | os.PathLike, heading: str, body: str) -> Path:
-    """Write one environment's ``## heading`` section of ``<out_dir>/env_speed.md``."""
-    path = Path(out_dir) / "env_speed.md"
-    update_markdown_section(path, heading, body, ENV_SPEED_PREAMBLE)
-    return path
-
-
-def keep_committed_section(
-    out_dir: str | os.PathLike,
+def kept_rows(
     name: str,
     heading: str,
+    key: Callable[[list[str]], str | None],
     peer: str,
-    reason: str,
     committed: str | os.PathLike | None = None,
-    preamble: str = "",
-) -> str | None:
-    """A section that could not be measured here because ``peer`` is missing: copy the
-    committed report's ``## heading`` section of ``name`` into ``<out_dir>/<name>``, with a
-    first line saying it is :func:`kept_note` and why (``reason``). Writing into the committed
-    folder itself leaves the section as it is (it is that run's). Returns the note, or None when
-    the committed report has no such section (then nothing is written)."""
+    cell: int = 1,
+) -> tuple[dict[str, str], str | None]:
+    """The table rows of the committed report ``name``'s ``## heading`` section that stand for
+    ``peer``, to keep when ``peer`` is missing here: ``key(cells)`` names a row to keep (None:
+    not one of them); each is marked with :func:`kept_note` after its ``cell``-th cell
+    (:func:`mark_kept`). Also returns the date of that run."""
     body, date = committed_section(name, heading, committed)
-    if body is None:
-        return None
     note = kept_note(peer, date)
-    if Path(out_dir).resolve() == Path(committed or committed_dir()).resolve():
-        return note
-    update_markdown_section(Path(out_dir) / name, heading, kept_body(body, note, reason), preamble)
-    return note
+    rows = {}
+    for line, cells in table_rows(body or ""):
+        k = key(cells)
+        if k is not None:
+            rows[k] = mark_kept(line, note, cell)
+    return rows, date
 
 
-def kept_body(body: str, note: str, reason: str) -> str:
-    """A committed section's body, opened by the line that says it is kept (once)."""
-    body = body.strip("\n")
-    return (
-        body
-        if body.startswith("*Kept: ")
-        else f"*Kept: {note} ({reason}); not re-measured.*\n\n{body}"
-    )
+# --- templates ---
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+"""The reports' fixed text, one Markdown file per report (package data)."""
+_BLOCK = re.compile(r"^<!-- (\w+) -->\n", re.MULTILINE)
+
+
+@functools.cache
+def template_blocks(name: str) -> dict[str, str]:
+    """The blocks of ``templates/<name>.md``, blank lines around each trimmed: the text before
+    the first ``<!-- block -->`` line is the block ``""`` (the report's skeleton), and each such
+    line opens the block of that name (a paragraph used only in some runs, a sentence)."""
+    parts = _BLOCK.split((TEMPLATES / f"{name}.md").read_text())
+    blocks = dict(zip(parts[1::2], parts[2::2]))
+    return {k: v.strip("\n") for k, v in {"": parts[0], **blocks}.items()}
+
+
+def spans(args: Sequence[str]) -> str:
+    """Settings (``python -m agentrl.run`` overrides) as a report names them: each in backticks,
+    space-separated."""
+    return " ".join(f"`{a}`" for a in args)
+
+
+def render(name: str, block: str = "", **values: object) -> str:
+    """Block ``block`` of ``templates/<name>.md`` with every ``$placeholder`` filled from
+    ``values``; a placeholder without a value raises KeyError (a report never shows one)."""
+    return Template(template_blocks(name)[block]).substitute(values)
 
 
 # --- the machine and the opening lines ---
@@ -304,6 +334,21 @@ def version(dist: str) -> str:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return "not installed"
+
+
+def missing(module: str, *names: str) -> str | None:
+    """None when ``module`` (and each of its attributes ``names``) imports, else why not: a
+    benchmark then keeps or leaves out the comparison with that peer. The import's warnings and
+    stderr chatter are kept out of the benchmark's output."""
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            imported = importlib.import_module(module)
+            for name in names:
+                getattr(imported, name)
+    except Exception as exc:  # any import failure only drops the comparison
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 def cpu_name() -> str:
@@ -318,10 +363,15 @@ def cpu_name() -> str:
 
 
 def header(
-    packages: Sequence[str], command: str, quick: bool, note: str = "", device: str = "no GPU"
-) -> list[str]:
+    packages: Sequence[str],
+    command: str,
+    quick: bool,
+    note: str = "",
+    device: str = "no GPU",
+    extra: str = "",
+) -> str:
     """The opening lines of a report (or a section): machine, date, load, versions, how to
-    reproduce.
+    reproduce; the reproduce line comes last, so a report may go on after it.
 
     Args:
         packages: distributions whose installed versions are listed.
@@ -329,15 +379,19 @@ def header(
         quick: whether this was a ``--quick`` smoke run (said in the reproduce line).
         note: appended to the load figure (e.g. why the load matters).
         device: what stands beside the CPU (a GPU's name).
+        extra: a line of the report's own before the reproduce line.
     """
     versions = ", ".join(f"{d} {version(d)}" for d in packages)
-    return [
+    lines = [
         f"Machine: {os.cpu_count()} CPU cores ({cpu_name()}), {device}; "
         f"Python {platform.python_version()}. Date: {datetime.date.today().isoformat()}. "
-        f"Load average at the end: {os.getloadavg()[0]:.1f}{note}.  ",
-        f"Versions: {versions}.  ",
-        f"Reproduce: `{command}`" + (" (this was a `--quick` smoke run)." if quick else "."),
+        f"Load average at the end: {os.getloadavg()[0]:.1f}{note}.",
+        f"Versions: {versions}.",
+        *([extra] if extra else []),
     ]
+    # Two trailing spaces: a markdown line break, so each fact keeps its own line.
+    reproduce = f"Reproduce: `{command}`" + (" (this was a `--quick` smoke run)." if quick else ".")
+    return "\n".join([*(f"{x}  " for x in lines), reproduce])
 
 
 def cache_dir(name: str) -> str:

@@ -26,11 +26,13 @@ from agentrl.bench._report import (
     header,
     notes,
     read_metrics,
+    render,
     run_agentrl,
+    spans,
     styles,
     write_markdown,
 )
-from agentrl.bench.stats import interval_cell, t_interval
+from agentrl.bench.stats import interval_cell, t_interval, verdict
 
 ENV = ["env=proof", "env.difficulty=[1]"]
 """One-step derivations, where the warm start writes full-marks attempts (``ac2_notes.md``)."""
@@ -193,59 +195,41 @@ def summary(by: dict[str, list[dict]]) -> list[str]:
     """Sentences computed from the runs (each method's summaries, paired by seed): nothing is
     claimed beyond the 95% intervals."""
     grpo = [r["rows"] for r in by["grpo"]]
-    out = [
-        f"- GRPO's training return (its own sampled attempts on training problems) went from "
-        f"{interval_cell([training_return(r, True) for r in grpo])} over the first 10 "
-        f"iterations to {interval_cell([training_return(r, False) for r in grpo])} over the last "
-        "10. (AC2's training return is not comparable: it mixes graded rewards with critic "
-        "estimates.)"
-    ]
+    out = [render(
+        "ac2", "grpo_return", first=interval_cell([training_return(r, True) for r in grpo]),
+        last=interval_cell([training_return(r, False) for r in grpo]),
+    )]  # fmt: skip
     for m, rs in by.items():
         gain = [r["y"][-1] - r["y"][0] for r in rs]
         _, lo, hi = t_interval(gain)
-        verdict = "the interval contains 0" if lo <= 0 <= hi else "the interval excludes 0"
-        out.append(
-            f"- {m}, final − starting validation score, per seed: {interval_cell(gain)} "
-            f"({verdict})."
-        )
+        contains = "contains" if lo <= 0 <= hi else "excludes"
+        out.append(render("ac2", "gain", method=m, interval=interval_cell(gain), contains=contains))
     for m, rs in by.items():
         for what, pick in (("peak", max), ("final", lambda ys: ys[-1])) if m != "grpo" else ():
             diff = [pick(a["y"]) - pick(b["y"]) for a, b in zip(rs, by["grpo"])]
+            # An interval that touches 0 shows no difference (stats.verdict needs it off 0).
             _, lo, hi = t_interval(diff)
-            verdict = (
-                "the interval contains 0: no difference is shown"
-                if lo <= 0 <= hi
-                else ("higher" if lo > 0 else "lower") + " than GRPO"
-            )
-            out.append(
-                f"- {m} − grpo, {what} validation score, paired by seed: {interval_cell(diff)} "
-                f"({verdict})."
-            )
+            phrase = "versus_" + ("not_resolved" if lo <= 0 <= hi else verdict(lo, hi))
+            out.append(render("ac2", "versus", method=m, what=what, interval=interval_cell(diff),
+                              verdict=render("ac2", phrase)))  # fmt: skip
     for m in AC2_METHODS:
         fire = [first_iteration(r["rows"], "ac2/ready_problems", lambda v: v > 0) for r in by[m]]
         low = [first_iteration(r["rows"], "ac2/critic_error", lambda v: v < 0.20) for r in by[m]]
-        out.append(
-            f"- {m}: some problem became ready in {sum(f is not None for f in fire)}/{len(fire)} "
-            "seeds (the first one at iteration, per seed: "
-            + ", ".join("never" if f is None else str(f) for f in fire)
-            + "); the critic error first fell below tau_global = 0.20 at iteration, per seed: "
-            + ", ".join("never" if f is None else str(f) for f in low)
-            + "."
-        )
+        out.append(render(
+            "ac2", "fired", method=m, fired=sum(f is not None for f in fire), seeds=len(fire),
+            first=_iterations(fire), low=_iterations(low),
+        ))  # fmt: skip
     g = int(next(c for c in METHODS["ac2"] if c.startswith("algo.group_size=")).split("=")[1])
     floor = critic_error_floor
-    out.append(
-        "- The critic error has a floor at this scale: even a critic that knows each problem's "
-        f"true success rate p errs by {floor(0.5, g):.2f} at p = 0.5 ({floor(0.3, g):.2f} at "
-        f"p = 0.3 or 0.7, {floor(0.1, g):.2f} at p = 0.1 or 0.9), because its target is the "
-        f"grid-rounded mean of only g = {g} graded continuations (with the paper's g = 16: "
-        f"{floor(0.5, 16):.2f} at p = 0.5). So the global error can fall below "
-        "tau_global = 0.20, and a problem pass tau_local = 0.18, mainly where p is near 0 or 1. "
-        "A problem must also be drawn as a prefix again after its error was measured (about "
-        "n_batch / n_refill = 2 draws while it is in the buffer) and have a nonzero latest "
-        "critic prediction."
-    )
+    out.append(render(
+        "ac2", "floor", p50=f"{floor(0.5, g):.2f}", p30=f"{floor(0.3, g):.2f}",
+        p10=f"{floor(0.1, g):.2f}", g=g, paper=f"{floor(0.5, 16):.2f}",
+    ))  # fmt: skip
     return out
+
+
+def _iterations(found: list[int | None]) -> str:
+    return ", ".join("never" if f is None else str(f) for f in found)
 
 
 def run(out_dir: str = SCRATCH, quick: bool = False, log=print, argv: list[str] | None = None):
@@ -295,71 +279,50 @@ def run(out_dir: str = SCRATCH, quick: bool = False, log=print, argv: list[str] 
     head = header(
         ("agentrl", "torch"), command, quick, "; one run at a time with `OMP_NUM_THREADS=1`"
     )
-    lines = ["# AC2 vs GRPO on proof derivations (tiny model)", "", *head, ""]
-    lines += [
-        f"Wall time {sum(r['wall_s'] for r in results) / 60:.1f} min for the {len(results)} runs "
-        "(warm start not included). " + ex.version_line(store, specs, code),
-        "",
-        f"Warm start: `python -m agentrl.sft` ({sft_steps} steps, "
-        + " ".join(f"`{c}`" for c in SFT)
-        + f"; final SFT loss {sft_loss}) on "
-        "the reference derivations of "
-        + " ".join(f"`{c}`" for c in ENV)
-        + " (one-step derivations: 1000 training problems, 100 validation problems, none "
-        "shared). Its points at temperature 1.0 (attempts scoring 0, 1, ..., 7 points):",
-        "",
-        *_histogram(hist),
-        "",
-        "A one-step derivation is either right (7 points) or not (0), so every attempt that "
-        "scores banks a reference for AC2. " + notes("ac2_notes.md").get("Warm start", ""),
-        "",
-        "Settings shared by both: "
-        + " ".join(f"`{c}`" for c in COMMON)
-        + ". GRPO: "
-        + " ".join(f"`{c}`" for c in METHODS["grpo"])
-        + ". AC2: "
-        + " ".join(f"`{c}`" for c in METHODS["ac2"])
-        + "; ac2_given_ref adds `algo.bank_given_reference=true`. The readiness thresholds, "
-        "the critic (`algo.critic=prompt`: the policy answers a value prompt in text) and its "
-        "learning-rate ladder are the defaults of `algo=ac2`. Validation score: mean reward "
-        f"(points / 7) on {96 if not quick else 'the'} validation episodes, sampled at "
-        "temperature 1.0; decoding tokens count every generated token of training (AC2's refill "
-        "attempts and critic answers included, evaluation not).",
-        "",
-        f"Intervals: mean over {len(seeds)} seeds with a 95% t-interval (n/a: one seed has "
-        "none). Peak = each seed's best evaluation (biased upwards by evaluation noise); final = "
-        "the last evaluation.",
-        "",
-    ]
-    lines += _scores(by)
     traces = {m: [readiness_trace(r["rows"], eval_every) for r in by[m]] for m in AC2_METHODS}
-    lines += _readiness(by, traces, eval_every)
-    lines += ["", "## What the data shows", "", *summary(by)]
-    lines += ["", "Per seed (validation score at each evaluation, iteration 0 first):", ""]
-    lines += ex.per_seed([r for rs in by.values() for r in rs])
-    lines += ["", "![validation score vs decoding tokens; readiness over time](ac2.png)", ""]
-    write_markdown(out / "ac2.md", "\n".join(lines))
+    text = render(
+        "ac2",
+        head=head,
+        wall=f"{sum(r['wall_s'] for r in results) / 60:.1f}",
+        n_runs=len(results),
+        version=ex.version_line(store, specs, code),
+        sft_steps=sft_steps,
+        sft=spans(SFT),
+        sft_loss=sft_loss,
+        env=spans(ENV),
+        histogram=_histogram(hist),
+        warm_note=notes("ac2_notes.md").get("Warm start", ""),
+        common=spans(COMMON),
+        grpo=spans(METHODS["grpo"]),
+        ac2=spans(METHODS["ac2"]),
+        episodes=96 if not quick else "the",
+        n_seeds=len(seeds),
+        scores=_scores(by),
+        eval_every=eval_every,
+        readiness=_readiness(by, traces),
+        summary="\n".join(summary(by)),
+        per_seed="\n".join(ex.per_seed([r for rs in by.values() for r in rs])),
+    )
+    write_markdown(out / "ac2.md", text + "\n")
     _plot(by, traces, out / "ac2.png")
     log(f"[ac2] wrote {out / 'ac2.md'}")
     return by
 
 
-def _histogram(hist: dict[str, np.ndarray]) -> list[str]:
+def _histogram(hist: dict[str, np.ndarray]) -> str:
     """The warm start's points table: attempts per split scoring 0..7 and their mean / 7."""
     if not hist:
-        return [
-            "(The warm start is not here, so its points are not shown: a report of stored runs.)"
-        ]
+        return render("ac2", "no_histogram")
     head = "| problems | attempts | " + " | ".join(str(k) for k in range(8)) + " | mean / 7 |"
     rows = [
         f"| {split} | {h.sum()} | " + " | ".join(str(int(v)) for v in h)
         + f" | {np.dot(np.arange(8), h) / max(h.sum(), 1) / 7:.3f} |"
         for split, h in hist.items()
     ]  # fmt: skip
-    return [head, "|---|---:|" + "---:|" * 9, *rows]
+    return "\n".join([head, "|---|---:|" + "---:|" * 9, *rows])
 
 
-def _scores(by: dict[str, list[dict]]) -> list[str]:
+def _scores(by: dict[str, list[dict]]) -> str:
     """The table of peak and final scores and tokens to GRPO's peak, and what that peak is."""
     grpo_curve = ex.mean_curve(by["grpo"])[1].mean(axis=0)
     peak, at_start = float(grpo_curve.max()), int(np.argmax(grpo_curve)) == 0
@@ -388,31 +351,13 @@ def _scores(by: dict[str, list[dict]]) -> list[str]:
             ),
         ],
     )
-    if at_start:
-        what = (
-            f"GRPO's peak (mean curve, {peak:.3f}) is its starting score: it did not improve the "
-            "validation score in this budget, so tokens-to-GRPO's-peak is undefined; compare the "
-            "peaks and final scores instead."
-        )
-    else:
-        what = (
-            f"GRPO's peak for the tokens column: {peak:.3f}, the best evaluation of GRPO's mean "
-            "curve over seeds (below the mean of the per-seed peaks, which picks each seed's "
-            "best separately); tokens to reach it are per seed, over the seeds that reached it."
-        )
-    return [*table, "", what]
+    what = render("ac2", "peak_at_start" if at_start else "peak", peak=f"{peak:.3f}")
+    return "\n".join([*table, "", what])
 
 
-def _readiness(by: dict[str, list[dict]], traces: dict, eval_every: int) -> list[str]:
+def _readiness(by: dict[str, list[dict]], traces: dict) -> str:
     """The readiness table over time (mean over seeds) and each AC2 method's end state."""
     lines = [
-        "",
-        "Readiness over time (mean over seeds at each evaluation; ready fraction = share of the "
-        f"iteration's prefixes whose problem was ready, averaged over the {eval_every} "
-        "iterations up to it; ready problems = problems ready so far (cumulative); critic "
-        "error = mean |prediction − target| over the last 5 steps, readiness needs < "
-        "`algo.tau_global` = 0.20):",
-        "",
         "| iteration | " + " | ".join(f"{m} ready fraction | {m} ready problems | "
                                       f"{m} critic error" for m in AC2_METHODS) + " |",
         "|---:|" + "---:|" * (3 * len(AC2_METHODS)),
@@ -434,15 +379,14 @@ def _readiness(by: dict[str, list[dict]], traces: dict, eval_every: int) -> list
             )
             for r in by[m]
         ]
-        lines += [
-            "",
-            f"{m}: problems ready at the end "
-            f"{interval_cell([x.get('ac2/ready_problems', 0) for x in final])}; ready fraction "
-            f"over the whole run {interval_cell(ever)}; critic error at the end "
-            f"{interval_cell([x.get('ac2/critic_error', np.nan) for x in final])}; bank size at "
-            f"the end {interval_cell([x.get('ac2/bank_size', 0) for x in final])}.",
-        ]
-    return lines
+        lines += ["", render(
+            "ac2", "readiness_end", method=m,
+            ready=interval_cell([x.get("ac2/ready_problems", 0) for x in final]),
+            fraction=interval_cell(ever),
+            error=interval_cell([x.get("ac2/critic_error", np.nan) for x in final]),
+            bank=interval_cell([x.get("ac2/bank_size", 0) for x in final]),
+        )]  # fmt: skip
+    return "\n".join(lines)
 
 
 def _plot(by: dict[str, list[dict]], traces: dict, path: Path) -> None:

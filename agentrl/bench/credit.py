@@ -33,10 +33,27 @@ from agentrl.bench._check import (
     parse_number,
     tables_in,
 )
-from agentrl.bench._report import SCRATCH, figure, header, styles, write_markdown
+from agentrl.bench._report import (
+    SCRATCH,
+    figure,
+    header,
+    render,
+    section_text,
+    styles,
+    write_markdown,
+)
 from agentrl.credit import compute_advantages, estimator_config, get_estimator, list_estimators
 from agentrl.credit.batch import StepBatch
 from agentrl.credit.graph import build_graph
+from agentrl.credit.properties import (
+    C_VALUES,
+    P_VALUES,
+    identical_group_magnitude,
+    passes,
+    skip_reason,
+    termination_grid,
+    undiscounted,
+)
 from agentrl.credit.synthetic import (
     SyntheticScorer,
     expected_length,
@@ -590,6 +607,7 @@ def run(
     t_quality = time.perf_counter() - t_start
     t = measure_speed(names, sizes, repeats, log)
     t_total = time.perf_counter() - t_start
+    properties = property_sections(names, log)
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -604,138 +622,183 @@ def run(
             f"[{d[:, 1].min():.2f}, {d[:, 1].max():.2f}] | {d[:, 2].mean():.2f} "
             f"| {d[:, 3].mean():.4f} |"
         )
-    scored = [n for n in names if get_estimator(n).needs_scorer]
-    mdp_args = {
-        k: p.default for k, p in inspect.signature(random_mdp).parameters.items() if k != "rng"
-    }
+    mdp = {k: p.default for k, p in inspect.signature(random_mdp).parameters.items() if k != "rng"}
     head = header(("agentrl", "numpy", "scipy"), "python -m agentrl.bench credit", quick,
                   f" ({load:.1f} at the start)")  # fmt: skip
-    lines = [
-        "# Credit estimators on synthetic MDPs",
-        "",
-        *head[:-1],
-        head[-1] + f" Run time: {t_total:.0f} s ({t_quality:.0f} s quality, rest speed).",
-        "",
-        f"Estimators (every registered one, default config): {', '.join(names)}."
-        + (
-            f" Left out: {', '.join(left_out)} (they need a learned critic, a model trained "
-            "during the run, so their advantages are no function of the batch alone)."
-            if left_out
-            else ""
-        ),
-        "",
-        "## Setup",
-        "",
-        f"- Batches come from random MDPs (`agentrl.credit.synthetic.random_mdp` defaults: "
-        f"{mdp_args['n_states']} states, {mdp_args['n_actions']} actions, up to "
-        f"{mdp_args['branching']} successors per (s, a), back edges and self loops, absorbing "
-        f"success/failure, success probability under μ in {mdp_args['success_range']} from "
-        f"every start state). Quality: {n_mdps} MDPs (seeds 0-{n_mdps - 1}), each sampled at "
-        f"every G with {n_groups} groups of G rollouts; each group starts from its own start "
-        f"state and its anchors are interned per group. Binary reward at the last step.",
-        f"- Truth: Q^μ(s_t, a_t) − V^μ(s_t) of the known behaviour policy μ at a fixed "
-        f"β = {BETA} (CRBC's default), solved exactly (infinite horizon). Horizons T_max "
-        f"({min(horizons)}-{max(horizons)}) are chosen per MDP so that the truncation probability "
-        f"is ≤ 1e-4 (largest here {trunc:.1e}); truncation counts as failure.",
-        "- Per batch: Pearson r and Spearman ρ between each estimator's per-step advantage A "
-        "and the truth A*, the raw MSE, and the MSE after the best least-squares scale "
-        "c* = ⟨A, A*⟩/⟨A, A⟩ (estimators scale differently — z-scores, mixing weights — so the "
-        "raw MSE mostly measures scale; no intercept is fitted, so a bias still counts), also "
-        "relative to mean(A*²) (1 = no better than predicting 0). Tables give mean ± sd over "
-        "MDPs. Estimators marked *(traj)* gave every step of a rollout the same credit on "
-        "every batch (trajectory-level baselines).",
-    ]
-    if scored:
-        lines.append(
-            f"- Estimators that rescore responses ({', '.join(scored)}, marked *(scorer)*) get "
-            "`SyntheticScorer`, an oracle Bayes hindsight model of the MDP "
-            "(log μ(a|s, outcome), no noise), so their rows are a best case for rescoring with "
-            "a real policy."
-        )
-    stateful = [n for n in names if get_estimator(n).stateful]
-    if stateful:
-        lines.append(
-            f"- Estimators that keep state across iterations ({', '.join(stateful)}) are "
-            f"warmed up: before each measured batch they see {WARMUP_BATCHES} earlier batches "
-            "of the same MDP and G (other seeds), carrying their state; the timings start every "
-            "round from the state of one call on the timed batch. Clusters (bv_blend, basis) "
-            'are the groups\' start states (`group_cluster` "start s"). The synthetic '
-            "batches carry one cost, `invalid`, which is 0 everywhere (every action is valid), "
-            "so constrained_grpo's multipliers stay at 0 and it equals grpo here; its time "
-            "includes the cost bookkeeping."
-        )
-    driven = [n for n in names if get_estimator(n).driver is not None]
-    if "ac2" in driven:
-        lines.append(
-            "- ac2 has its own rollout driver (prefixes of earlier attempts, continuations "
-            "valued by a critic or by the grader); here it gets the same episodes as one "
-            "continuation per step (`continuation_batch`): the prefix group of a step is its "
-            "state within its task group (the anchor; the states are Markov, so every visit is "
-            "the same prefix), and its endpoint value is the return that followed it, as for "
-            "AC2's fully continued (unready or audited) problems. A state visited once in its "
-            "group is a group of one: mean 0, so its advantage is its return. The critic path "
-            "is not modelled."
-        )
-    if "psppo" in driven:
-        lines.append(
-            "- psppo has its own rollout driver too (responses cut at chunk boundaries, "
-            "continuations sampled after each cut); it gets the same continuation batch as "
-            "ac2, so a step's advantage is its return-to-go minus the mean over the other "
-            "visits of its state in its task group (leave-one-out)."
-        )
-    lines += [
-        "",
-        "Batches (mean over MDPs): steps per batch, success rate [min, max over batches; "
-        "sampling spreads it beyond the MDPs' range], fraction of steps whose anchor is "
-        "visited more than once in its group, truncations per rollout.",
-        "",
-        "| G | steps | success rate | non-singleton | truncated |",
-        "|---:|---:|---:|---:|---:|",
-        *data_rows,
-        "",
-    ]
-    for metric, title in QUALITY_SECTIONS:
-        lines += [f"## {title}", "", _quality_table(q, names, GROUP_SIZES, metric), ""]
-    lines += [
-        "## Compute time per batch",
-        "",
-        f"Median over {', '.join(map(str, repeats))} rounds at the sizes (one MDP, G = "
-        f"{TIME_GROUP_SIZE}, {', '.join(f'{g:,}' for g in t.groups)} groups); a round builds "
-        f"the graph and then calls every estimator once, in turn, so that load changes hit all "
-        f"of them alike. CPU time of the process (`time.process_time`, user + system; run with "
-        f"`OMP_NUM_THREADS=1`) during the `compute_advantages` call: on an idle machine the "
-        f"same as the wall time, on a busy one without the time spent waiting for a core. "
-        f"With the prebuilt graph passed "
-        f"in (ac2's per-step continuation batch is built beforehand, as its driver would "
-        f"during the rollout). `python -m agentrl.bench credit --check` compares these times "
-        f"as ratios to grpo's, and the Pearson and Spearman tables, with a new measurement. "
-        f"The graph is built once per batch and shared by every estimator "
-        f"that needs it, so it has its own row; the last column says whether the estimator "
-        f"alone takes under 2 s at 1M steps (without the synthetic scoring for rescoring "
-        f"estimators) and, for graph users, whether graph + estimator does. "
-        f"An estimator taking over {SLOW_S:.0f} s at one size is not timed at larger ones. "
-        f"Sampling the batches (not part of training) took "
-        f"{', '.join(_fmt_s(x) for x in t.sample_s)}.",
-        "",
-        _speed_table(t, names, scored=False),
-    ]
-    if scored:
-        lines += [
-            "",
-            "Estimators that rescore responses: times include the synthetic scoring (string "
-            "parsing and table look-ups, shown in brackets); with a real policy, scoring is two "
-            "teacher-forced forward passes over every step and dominates.",
-            "",
-            _speed_table(t, names, scored=True),
-        ]
+    scored = [n for n in names if get_estimator(n).needs_scorer]
+    # The Setup bullets (blocks of templates/credit.md) that concern some estimators, with the
+    # estimators each names; a bullet with none is left out.
+    setup = {
+        "scored": scored,
+        "stateful": [n for n in names if get_estimator(n).stateful],
+        **{n: [n] for n in ("ac2", "psppo") if n in names and get_estimator(n).driver},
+    }
     errors = {**q.errors, **{k: v for k, v in t.errors.items() if k not in q.errors}}
+    speed = _speed_table(t, names, scored=False)
+    if scored:
+        speed += "\n\n" + render("credit", "scored_times", table=_speed_table(t, names, True))
     if errors:
-        lines += ["", "## Errors", ""] + [f"- {k}: {v}" for k, v in errors.items()]
-    lines += ["", "![credit](credit.png)", ""]
-    path = write_markdown(out / "credit.md", "\n".join(lines))
+        bullets = "\n".join(f"- {k}: {v}" for k, v in errors.items())
+        speed += "\n\n" + render("credit", "errors", errors=bullets)
+    text = render(
+        "credit",
+        head=head,
+        t_total=f"{t_total:.0f}",
+        t_quality=f"{t_quality:.0f}",
+        names=", ".join(names),
+        left_out=" " + render("credit", "left_out", names=", ".join(left_out)) if left_out else "",
+        **{k: mdp[k] for k in ("n_states", "n_actions", "branching", "success_range")},
+        n_mdps=n_mdps,
+        last_seed=n_mdps - 1,
+        n_groups=n_groups,
+        beta=BETA,
+        horizons=f"{min(horizons)}-{max(horizons)}",
+        trunc=f"{trunc:.1e}",
+        setup="".join(
+            "\n" + render("credit", k, names=", ".join(v), warmup=WARMUP_BATCHES)
+            for k, v in setup.items()
+            if v
+        ),
+        data_rows="\n".join(data_rows),
+        quality="\n\n".join(
+            f"## {title}\n\n{_quality_table(q, names, GROUP_SIZES, metric)}"
+            for metric, title in QUALITY_SECTIONS
+        ),
+        repeats=", ".join(map(str, repeats)),
+        group_size=TIME_GROUP_SIZE,
+        groups=", ".join(f"{g:,}" for g in t.groups),
+        slow=f"{SLOW_S:.0f}",
+        sample_s=", ".join(_fmt_s(x) for x in t.sample_s),
+        speed=speed,
+        properties=properties,
+    )
+    path = write_markdown(out / "credit.md", text + "\n")
     replot(out)  # the plot shows what the report says
     log(f"[credit] wrote {path} and {out / 'credit.png'} in {t_total:.0f} s")
     return q, t
+
+
+# --- exact properties: termination bias and identical groups (agentrl.credit.properties) ---
+
+TERMINATION_SECTION = "Termination bias"
+IDENTICAL_SECTION = "Identical groups"
+TERMINATION_EXTRA: tuple[tuple[str, dict[str, Any], str], ...] = (
+    ("mtgrpo", {"norm_by_std": False}, "separate"),
+    ("mtgrpo", {"baseline": "return_to_go", "norm_by_std": False}, "separate"),
+    (
+        "mtgrpo",
+        {"baseline": "return_to_go", "leave_one_out": True, "norm_by_std": False},
+        "separate",
+    ),
+    ("mtgrpo", {"baseline": "zero_padded", "norm_by_std": False}, "separate"),
+)
+"""Rows beyond every estimator's own: MT-GRPO as verl #7244 states it (mean only, the outcome
+as a separate term) and its two fixes."""
+IDENTICAL_EXTRA: tuple[tuple[str, dict[str, Any]], ...] = tuple(
+    (n, {"zero_identical_groups": True}) for n in ("gigpo", "gagpo", "gaca")
+)
+
+
+def _label(name: str, overrides: dict[str, Any], outcome: str = "folded") -> str:
+    """``gigpo (gamma=1)``, ``mtgrpo (baseline=return_to_go, separate outcome)``, ``grpo``."""
+
+    def text(v: Any) -> str:
+        return str(v).lower() if isinstance(v, bool) else f"{v:g}" if isinstance(v, float) else v
+
+    opts = [f"{k}={text(v)}" for k, v in overrides.items()]
+    opts += ["separate outcome"] if outcome == "separate" else []
+    return f"{name} ({', '.join(opts)})" if opts else name
+
+
+def termination_rows(names: Sequence[str]) -> dict[str, tuple[list[float], list[float], Any]]:
+    """Row label → (E[ĝ] in variant A and in B over the (c, p) grid, c-major; max |E[ĝ]| in A at
+    the default discount, or None for an estimator without one). Every estimator of ``names``
+    that can be measured, undiscounted with the outcome folded, then :data:`TERMINATION_EXTRA`."""
+    rows = [(n, undiscounted(n), "folded") for n in names if skip_reason(n) is None]
+    rows += [r for r in TERMINATION_EXTRA if r[0] in names]
+    out = {}
+    for name, overrides, outcome in rows:
+        cfg = estimator_config(name, overrides)
+        grids = [termination_grid(name, cfg, v, outcome) for v in ("A", "B")]
+        default = None
+        if overrides and overrides == undiscounted(name):
+            default = max(map(abs, termination_grid(name, None, "A", outcome)))
+        out[_label(name, overrides, outcome)] = (*grids, default)
+    return out
+
+
+def identical_rows(names: Sequence[str]) -> dict[str, float]:
+    """Row label → max |A| over a group of identical rollouts (default config, then
+    :data:`IDENTICAL_EXTRA`)."""
+    rows = [(n, {}) for n in names if skip_reason(n) is None]
+    rows += [r for r in IDENTICAL_EXTRA if r[0] in names]
+    return {
+        _label(n, o): identical_group_magnitude(n, estimator_config(n, o) if o else None)
+        for n, o in rows
+    }
+
+
+def _g(x: float | None, fmt: str = ".3g") -> str:
+    return "-" if x is None else "0" if x == 0 else format(x, fmt)
+
+
+def property_sections(names: Sequence[str], log: Callable[[str], Any] = print) -> str:
+    """The report's "Termination bias" and "Identical groups" sections (exact, no sampling)."""
+    t0 = time.perf_counter()
+    lines, mid = [], P_VALUES.index(0.5)
+    at = [k * len(P_VALUES) + mid for k in range(len(C_VALUES))]  # p = 0.5 at each c
+    for label, (a, b, default) in termination_rows(names).items():
+        right = sum(np.sign(v) == 1 for v in b)
+        lines.append(
+            f"| {label} | {_g(max(map(abs, a)))} | {' / '.join(_g(a[k], '+.6f') for k in at)} | "
+            f"{' / '.join(_g(b[k], '+.6f') for k in at)} | {right}/{len(b)} | "
+            f"{'pass' if passes(a, b) else 'fail'} | {_g(default)} |"
+        )
+    same = [
+        f"| {k} | {_g(v)} | {'yes' if v == 0 else 'no'} |" for k, v in identical_rows(names).items()
+    ]
+    log(f"[credit] termination bias and identical groups: {time.perf_counter() - t0:.0f} s")
+    return (
+        render("credit", "termination", rows="\n".join(lines))
+        + "\n\n"
+        + render("credit", "identical", rows="\n".join(same))
+    )
+
+
+def property_figures(text: str, path: Path, names: Sequence[str]) -> list[Figure]:
+    """``--check`` of the two property sections, re-measured for the estimators ``names``: each
+    row's verdict (1 pass, 0 fail: a pass turned fail is a regression) and identical-group
+    magnitude (lower is better). A committed report without a section gives one skipped figure
+    for it (nothing measured), never a failure."""
+
+    def verdicts() -> dict[str, float]:
+        return {k: float(passes(a, b)) for k, (a, b, _) in termination_rows(names).items()}
+
+    sections = {
+        TERMINATION_SECTION: ("verdict", verdicts),
+        IDENTICAL_SECTION: ("max abs(A)", lambda: identical_rows(names)),
+    }
+    figures: list[Figure] = []
+    for section, (column, measure) in sections.items():
+        higher = section == TERMINATION_SECTION  # a verdict, else a magnitude
+        if section_text(text, section) is None:
+            why = f"{path} has no '## {section}' section (written by `credit --update`)"
+            figures.append(Figure(f"credit: {section.lower()}", None, None, higher, skip=why))
+            continue
+        table = tables_in(text, section)[0]
+        col = table.column(column)
+        committed = {
+            r[0]: float(r[col] == "pass") if higher else parse_number(r[col]) for r in table.rows
+        }
+        measured = measure()
+        for label in sorted(set(committed) | set(measured)):
+            fig = f"credit: {section.lower()} of {label}"
+            if label not in committed or label not in measured:
+                where = "the committed report" if label not in committed else "this tree"
+                figures.append(Figure(fig, None, None, higher, skip=f"no such row in {where}"))
+            else:
+                figures.append(Figure(fig, committed[label], measured[label], higher))
+    return figures
 
 
 # --- --check ---
@@ -853,6 +916,7 @@ def check(
                 v = v[np.isfinite(v)]
                 measured = float(v.mean()) if v.size and name not in q.errors else None
                 figures.append(Figure(fig, committed.get((name, g)), measured, True))
+    figures += property_figures(text, path, names)
 
     size, times = committed_times(text)
     if abs(size - SIZES[-1]) > 0.05 * SIZES[-1]:

@@ -30,7 +30,14 @@ from pathlib import Path
 
 import torch
 
-from agentrl.bench._report import SCRATCH, header, read_metrics, run_agentrl, write_markdown
+from agentrl.bench._report import (
+    SCRATCH,
+    header,
+    read_metrics,
+    render,
+    run_agentrl,
+    write_markdown,
+)
 
 ARCH = {
     "model.arch": "qwen2",
@@ -153,6 +160,24 @@ def _stage_learner() -> dict:
     }
 
 
+def _train_section(train: dict) -> str:
+    rows = "\n".join(
+        f"| {k} | {r['perf/gen_tokens_per_s']:,.0f} | {r['perf/rollout_s']:.2f} | "
+        f"{r['perf/learn_s']:.2f} |"
+        for k, r in enumerate(train["iterations"], start=1)
+    )
+    return render("gpu", "train", rows=rows, wall=f"{train['wall_s']:.0f}")
+
+
+def _learner_section(learn: dict) -> str:
+    mfu = "n/a (unknown peak)" if learn["mfu"] is None else f"{100 * learn['mfu']:.1f} %"
+    return render(
+        "gpu", "learner", params=f"{learn['params']:,}", tokens=f"{learn['tokens_per_update']:,}",
+        update_s=f"{learn['update_s']:.2f}", tokens_per_s=f"{learn['tokens_per_s']:,.0f}",
+        tflops=f"{learn['tflops']:.1f}", mfu=mfu, memory=f"{learn['peak_memory_gib']:.1f}",
+    )  # fmt: skip
+
+
 def run(out_dir: str = SCRATCH, quick: bool = False) -> Path:
     if not torch.cuda.is_available():
         raise SystemExit(
@@ -177,35 +202,15 @@ def run(out_dir: str = SCRATCH, quick: bool = False) -> Path:
     head = header(
         ("torch", "transformers", "vllm"), "python -m agentrl.bench gpu", quick, "", device
     )
-    lines = ["# GPU check", "", *head, f"Total wall time: {time.perf_counter() - t_all:.0f} s.", ""]
-    lines += ["## 1. vLLM and GPU tests on CUDA", "", f"{'passed' if ok_tests else 'FAILED'}: "]
-    lines[-1] += f"`{tests}`"
-    lines += ["", "## 2. bf16 training with vLLM rollouts (Qwen2.5-0.5B shape, from config)", ""]
-    if ok_train:
-        lines += [
-            "| iteration | rollout tokens/s | rollout s | learn s |",
-            "|---:|---:|---:|---:|",
-        ]
-        for k, r in enumerate(train["iterations"], start=1):
-            lines.append(
-                f"| {k} | {r['perf/gen_tokens_per_s']:,.0f} | {r['perf/rollout_s']:.2f} | "
-                f"{r['perf/learn_s']:.2f} |"
-            )
-        lines += ["", f"Run wall time {train['wall_s']:.0f} s (engine start included)."]
-    else:
-        lines.append(f"FAILED: ```{train['error']}```")
-    lines += ["", "## 3. Learner throughput and MFU (same architecture, bf16)", ""]
-    if ok_learn:
-        mfu = "n/a (unknown peak)" if learn["mfu"] is None else f"{100 * learn['mfu']:.1f} %"
-        lines.append(
-            f"{learn['params']:,} parameters; {learn['tokens_per_update']:,} tokens per update "
-            f"in {learn['update_s']:.2f} s: {learn['tokens_per_s']:,.0f} tokens/s, "
-            f"{learn['tflops']:.1f} TFLOP/s (6·N·tokens), MFU {mfu}; peak memory "
-            f"{learn['peak_memory_gib']:.1f} GiB."
-        )
-    else:
-        lines.append(f"FAILED: {learn['error']}")
-    path = write_markdown(out / "gpu.md", "\n".join(lines) + "\n")
+    text = render(
+        "gpu",
+        head=head,
+        wall=f"{time.perf_counter() - t_all:.0f}",
+        tests=f"{'passed' if ok_tests else 'FAILED'}: `{tests}`",
+        train=_train_section(train) if ok_train else f"FAILED: ```{train['error']}```",
+        learner=_learner_section(learn) if ok_learn else f"FAILED: {learn['error']}",
+    )
+    path = write_markdown(out / "gpu.md", text + "\n")
     print(f"wrote {path}")
     if not (ok_tests and ok_train and ok_learn):
         raise SystemExit(1)

@@ -49,15 +49,14 @@ from agentrl.bench._check import (
 from agentrl.bench._report import (
     KEPT,
     SCRATCH,
+    committed_section,
     header,
     is_committed,
     kept_note,
-    mark_kept,
+    kept_rows,
+    missing,
     notes,
-    read_committed,
-    run_date,
-    section_text,
-    table_rows,
+    render,
     write_markdown,
 )
 from agentrl.learn.learner import Learner, LearnerConfig
@@ -278,13 +277,7 @@ def profile_agentrl(it: AgentrlIteration, top: int = 12) -> str:
 
 def _import_trl() -> str | None:
     """None if TRL's GRPOTrainer imports, else why not."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            from trl import GRPOConfig, GRPOTrainer  # noqa: F401
-    except Exception as exc:  # any import failure only drops the comparison
-        return f"{type(exc).__name__}: {exc}"
-    return None
+    return missing("trl", "GRPOConfig", "GRPOTrainer")
 
 
 def _trl_trainer(model, tok, prompts: Sequence[str], s: Setting, lr: float, steps: int, out: str):
@@ -471,30 +464,33 @@ def pair_ratios(r: Result) -> list[float]:
 
 
 TRL_ROW = "TRL GRPOTrainer"
+"""The implementation cell of TRL's rows in the Results table."""
 NOTES = "learner_speed_notes.md"
 """The committed readings of the measurements (why one thread; where the difference comes
 from), included in the report."""
-"""The implementation cell of TRL's rows in the Results table."""
 
 
 def committed_trl(
-    text: str | None, names: Sequence[str]
+    names: Sequence[str], committed: str | os.PathLike | None = None
 ) -> tuple[dict[str, str], list[str], str | None]:
-    """From a committed learner-speed report, for the settings ``names``: TRL's Results rows
-    (setting name → the row's markdown line), the agentrl / TRL ratio lines, and the date of
-    that run."""
-    body = (section_text(text, "Results") or "") if text else ""
-    rows = {
-        cells[0]: line
-        for line, cells in table_rows(body)
-        if len(cells) > 1 and cells[0] in names and cells[1].startswith(TRL_ROW)
-    }
+    """From the committed learner-speed report (``committed`` folder, default
+    :func:`~agentrl.bench._report.committed_dir`), for the settings ``names``: TRL's Results rows
+    (setting name → the row's markdown line) and the agentrl / TRL ratio lines, both marked as
+    kept (:func:`~agentrl.bench._report.kept_note`), and the date of that run."""
+
+    def trl_row(cells: list[str]) -> str | None:
+        ok = len(cells) > 1 and cells[0] in names and cells[1].startswith(TRL_ROW)
+        return cells[0] if ok else None
+
+    rows, date = kept_rows("learner_speed.md", "Results", trl_row, "TRL", committed, cell=2)
+    body = committed_section("learner_speed.md", "Results", committed)[0] or ""
+    note = kept_note("TRL", date)
     ratios = [
-        line
+        line if KEPT in line else f"{line} ({note})"
         for line in body.splitlines()
         if any(line.startswith(f"- {n}: agentrl / TRL tokens/s") for n in names)
     ]
-    return rows, ratios, run_date(text or "")
+    return rows, ratios, date
 
 
 def write_report(
@@ -512,144 +508,78 @@ def write_report(
     ratios of the same settings are copied from the committed report (``committed`` folder,
     default :func:`~agentrl.bench._report.committed_dir`), marked as from that run; they are
     never silently dropped."""
-    kept_rows: dict[str, str] = {}
-    kept_ratios: list[str] = []
-    note, date = "", None
+    med = Timings.median
+    trl_rows, kept_ratios, date = {}, [], None
     if trl_error is not None:
-        kept_rows, kept_ratios, date = committed_trl(
-            read_committed("learner_speed.md", committed), [r.setting.name for r in results]
-        )
-        note = kept_note("TRL", date)
-    la = " → ".join("/".join(f"{x:.2f}" for x in load) for load in loads)
-    device = f"GPU {torch.cuda.get_device_name()}" if torch.cuda.is_available() else "no GPU"
-    head = header(
-        ("agentrl", "torch", "transformers", "trl", "accelerate"),
-        "python -m agentrl.bench learner-speed",
-        quick,
-        f"; torch threads {threads}",
-        device,
-    )
-    lines = [
-        "# Learner speed: one GRPO iteration, agentrl vs TRL",
-        "",
-        *head[:2],
-        f"Load average (1/5/15 min) before → after the measurement: {la}.  ",
-        head[2],
-        "",
-        "## Settings",
-        "",
-        f"- Model: agentrl's tiny model (`ModelConfig()` defaults: Llama, hidden "
-        f"{ModelConfig().hidden_size}, {ModelConfig().num_layers} layers, "
-        f"{ModelConfig().num_heads} heads / {ModelConfig().num_kv_heads} KV heads, "
-        f"intermediate {ModelConfig().intermediate_size}, tied embeddings), float32, built once "
-        "with `torch.manual_seed(0)` and deep-copied for each side and setting. Tokenizer: "
-        "`build_tokenizer` on a synthetic corpus of pseudo-words.",
-        "- Task: B prompts of exactly P tokens (chat-formatted one-token words), G completions "
-        "each of exactly C tokens (EOS suppressed by `min_new_tokens = C`, pad suppressed), "
-        "temperature 1, top-p 1, top-k 0 (`Sampling.top_k = 0` / TRL `top_k = 0`: no "
-        "truncation on either side). Reward: fraction "
-        "of even token ids in the completion.",
-        f"- Update: PPO clipped surrogate (ε = 0.2), token-mean over the batch, one epoch, one "
-        f"mini-batch of all B·G sequences, AdamW lr {lr:g} (β = 0.9/0.999, no weight decay, "
-        "constant schedule), grad clip 1.0, no KL, no reference model. Old log-probs: the "
-        "sampler's for agentrl (`old_logprobs=sampler`), the detached current ones for TRL "
-        "(`num_iterations=1`); neither runs an extra forward pass for them.",
-        "- agentrl: `HFBackend.generate` → reward → `grpo_traj_advantage` → `Learner.update` "
-        "with `LearnerConfig` defaults otherwise (`micro_batch_tokens=8192`: the batch is split "
-        "into length-sorted micro-batches of at most 8192 padded tokens, gradients accumulated).",
-        "- TRL: `GRPOTrainer` with `per_device_train_batch_size = generation_batch_size = B·G`, "
-        "`num_generations = G`, `gradient_accumulation_steps = 1`, `num_iterations = 1`, "
-        "`max_completion_length = C`, `generation_kwargs = {min_new_tokens: C, suppress_tokens: "
-        '[pad]}`, `beta = 0`, `loss_type = "dapo"` (token-level, normalised by the batch\'s '
-        'completion tokens), `scale_rewards = "group"`, `use_vllm = False`, `bf16 = fp16 = '
-        'False`, `gradient_checkpointing = False`, `optim = "adamw_torch"`, '
-        '`lr_scheduler_type = "constant"`, logging/saving off, `report_to = "none"`.',
-        f"- Threads: `torch.set_num_threads({threads})` for both sides. "
-        + notes(NOTES).get("Threads", ""),
-        f"- Timing: {repeats} iterations per side after one warm-up each, interleaved in one "
-        "process (TRL step, agentrl iteration, TRL step, …: a callback runs agentrl's iteration "
-        "at each TRL `on_step_end`). A TRL step is timed from the end of that callback to the "
-        "next `on_step_end`, so it includes all of the trainer's per-step work. Medians are "
-        "reported. Tokens/s = B·G·(P + C) / seconds per iteration.",
-        "",
-        "## Results",
-        "",
-        "Generate = sampling the B·G completions (agentrl: `HFBackend.generate`; TRL: "
-        "`GRPOTrainer._generate_single_turn`). Update = agentrl's `Learner.update`; for TRL the "
-        "step minus `_generate_and_score_completions` (generation, rewards, advantages), i.e. "
-        "the forward/backward/optimiser step plus the trainer's per-step bookkeeping.",
-        "",
-        "| setting | implementation | iters | ms / iteration | tokens/s | generate ms "
-        "| update ms | update tokens/s |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
-    ]
+        trl_rows, kept_ratios, date = committed_trl([r.setting.name for r in results], committed)
+    rows = []
     for r in results:
-        lines.extend(_rows(r))
-        if r.setting.name in kept_rows:
-            lines.append(mark_kept(kept_rows[r.setting.name], note, cell=2))
-    lines.append("")
+        rows += [*_rows(r), *([trl_rows[r.setting.name]] if r.setting.name in trl_rows else [])]
     if trl_error is not None:
-        lines.append(f"TRL was not measured ({trl_error}); install it with `pip install trl`.")
-        if kept_rows:
-            lines[-1] += (
-                " Its rows and the agentrl / TRL ratios below are copied from the committed "
-                f"run of {date or 'an unknown date'} (`results/learner_speed.md`), not "
-                "re-measured: there both sides ran "
-                "interleaved in one process, while this run's agentrl rows come from another "
-                "process, perhaps on another machine and load."
-            )
-        else:
-            lines[-1] += " The committed report has no TRL rows for these settings to keep."
-        lines += [line if KEPT in line else f"{line} ({note})" for line in kept_ratios]
+        block = "no_trl_kept" if trl_rows else "no_trl_none"
+        findings = [render("learner_speed", block, error=trl_error, date=date or "an unknown date")]
+        findings += kept_ratios
     else:
+        findings = []
         for r in results:
-            q = ratio(r)
-            if q is None:
+            if (q := ratio(r)) is None:
                 continue
-            met = "met" if q >= TARGET else "**not met**"
             pairs = pair_ratios(r)
-            lines.append(
-                f"- {r.setting.name}: agentrl / TRL tokens/s = **{q:.2f}×** "
-                f"(target ≥ {TARGET}×: {met}); per adjacent pair of iterations "
-                f"median {statistics.median(pairs):.2f}×, range {min(pairs):.2f}-"
-                f"{max(pairs):.2f}×."
-            )
+            findings.append(render(
+                "learner_speed", "ratio", setting=r.setting.name, ratio=f"{q:.2f}", target=TARGET,
+                met="met" if q >= TARGET else "**not met**",
+                median=f"{statistics.median(pairs):.2f}", low=f"{min(pairs):.2f}",
+                high=f"{max(pairs):.2f}",
+            ))  # fmt: skip
     for r in results:
         if r.agentrl.total:
-            a = r.agentrl
-            share = Timings.median(a.generate) / Timings.median(a.total)
-            lines.append(f"- {r.setting.name}: generation is {share:.0%} of agentrl's iteration.")
-    lines.append("")
-    lines.extend(analysis(results))
-    for r in results:
-        if r.profile:
-            lines += [
-                "",
-                f"### cProfile of one agentrl iteration ({r.setting.name}), by own time",
-                "",
-                "```",
-                r.profile,
-                "```",
-            ]
-    write_markdown(path, "\n".join(lines).rstrip() + "\n")
-
-
-def analysis(results: Sequence[Result]) -> list[str]:
-    """Where the difference comes from: the measured splits, then the committed notes' reading
-    of them and of the profiles (``results/learner_speed_notes.md``)."""
-    med = Timings.median
-    out = ["## Where the difference comes from", ""]
+            share = f"{med(r.agentrl.generate) / med(r.agentrl.total):.0%}"
+            findings.append(render("learner_speed", "share", setting=r.setting.name, share=share))
+    splits = []
     for r in results:
         if r.trl is None or not r.trl.generate or not r.agentrl.total:
             continue
         a, t = r.agentrl, r.trl
-        out.append(
-            f"- {r.setting.name}: generation agentrl {_ms(med(a.generate))} ms vs TRL "
-            f"{_ms(med(t.generate))} ms ({med(t.generate) / med(a.generate):.2f}×); update "
-            f"agentrl {_ms(med(a.update))} ms vs TRL {_ms(med(t.update))} ms "
-            f"({med(t.update) / med(a.update):.2f}×)."
-        )
-    return [*out, "", notes(NOTES).get("Where the difference comes from", "")]
+        splits.append(render(
+            "learner_speed", "split", setting=r.setting.name, gen=_ms(med(a.generate)),
+            trl_gen=_ms(med(t.generate)), gen_ratio=f"{med(t.generate) / med(a.generate):.2f}",
+            upd=_ms(med(a.update)), trl_upd=_ms(med(t.update)),
+            upd_ratio=f"{med(t.update) / med(a.update):.2f}",
+        ))  # fmt: skip
+    # Where the difference comes from: the measured splits, then the committed notes' reading
+    # of them and of the profiles.
+    reading = notes(NOTES).get("Where the difference comes from", "")
+    profiles = "".join(
+        "\n\n" + render("learner_speed", "profile", setting=r.setting.name, profile=r.profile)
+        for r in results
+        if r.profile
+    )
+    device = f"GPU {torch.cuda.get_device_name()}" if torch.cuda.is_available() else "no GPU"
+    packages = ("agentrl", "torch", "transformers", "trl", "accelerate")
+    loads_line = render("learner_speed", "loads", loads=" → ".join(
+        "/".join(f"{x:.2f}" for x in load) for load in loads
+    ))  # fmt: skip
+    head = header(packages, "python -m agentrl.bench learner-speed", quick,
+                  f"; torch threads {threads}", device, loads_line)  # fmt: skip
+    model = ModelConfig()
+    text = render(
+        "learner_speed",
+        head=head,
+        hidden=model.hidden_size,
+        layers=model.num_layers,
+        heads=model.num_heads,
+        kv_heads=model.num_kv_heads,
+        intermediate=model.intermediate_size,
+        lr=f"{lr:g}",
+        threads=threads,
+        threads_note=notes(NOTES).get("Threads", ""),
+        repeats=repeats,
+        rows="\n".join(rows),
+        findings="\n".join(findings),
+        analysis="\n\n".join(x for x in ("\n".join(splits), reading) if x),
+        profiles=profiles,
+    )
+    write_markdown(path, text.rstrip() + "\n")
 
 
 def _measure(

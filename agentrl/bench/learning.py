@@ -25,7 +25,9 @@ from agentrl.bench._report import (
     committed_dir,
     figure,
     header,
+    render,
     run_agentrl,
+    spans,
     styles,
     write_markdown,
 )
@@ -177,14 +179,14 @@ def run(out_dir: str = SCRATCH, quick: bool = False, log=print, argv: list[str] 
         f"python -m agentrl.bench learning --seeds {len(seeds)} --iterations {iterations} "
         f"--eval-every {eval_every}" + (f" --algos {','.join(algos)}" if opts.algos else "")
     )
-    head = [
-        *header(("torch", "transformers"), command, quick),
-        "",
-        f"Wall time: {total / 60:.1f} min for {len(runs)} runs. "
-        + ex.version_line(store, grid, code),
-    ]
-    lines = build_report(runs, untrained, algos, head, iterations, n_re)
-    write_markdown(out / "learning_sokoban.md", "\n".join(lines))
+    head = {
+        "head": header(("torch", "transformers"), command, quick),
+        "wall": f"{total / 60:.1f}",
+        "n_runs": len(runs),
+        "version": ex.version_line(store, grid, code),
+    }
+    text = build_report(runs, untrained, algos, head, iterations, n_re)
+    write_markdown(out / "learning_sokoban.md", text)
     with figure(out / "learning_sokoban.png") as (ax,):
         by = ex.by_method(runs, algos)
         ex.plot_curves(ax, by, styles(list(by)))
@@ -199,40 +201,21 @@ def build_report(
     runs: list[dict],
     untrained: dict[int, float],
     algos: list[str],
-    head: list[str],
+    head: dict[str, object],
     iterations: int,
     n_re: int,
-) -> list[str]:
-    """The report's lines.
+) -> str:
+    """The report's text.
 
     Args:
         runs: one summary per trained run (``method``, ``seed``, ``x``, ``y``, ``train``,
             ``invalid``, ``final_precise``, ``hints``, ``wall_s``).
         untrained: each seed's untrained policy's success on ``n_re`` episodes.
         algos: methods in report order.
-        head: the opening lines (machine, command).
+        head: the opening values of the template: ``head`` (machine, command), ``wall``,
+            ``n_runs``, ``version``.
     """
     m0, lo0, hi0 = t_interval(list(untrained.values()))
-    lines = [
-        "# Learning on Sokoban with the tiny model",
-        "",
-        *head,
-        "",
-        "Budget, identical for every estimator and seed: "
-        + " ".join(f"`{b}`" for b in BUDGET)
-        + f", `trainer.steps={iterations}` ({iterations * BATCH} episodes). "
-        "Evaluation: held-out seeds (never used for training), sampled at temperature 1.0 "
-        "(the tiny model's greedy answer repeats one move forever). The untrained policy of "
-        "each seed (iteration 0, the same for every estimator) and each final policy are "
-        f"re-evaluated on {n_re} held-out episodes (`trainer.steps=0` evaluation-only runs); "
-        "the in-training evaluations (64 episodes) give the curves. Intervals are 95% "
-        "t-intervals over seeds (n/a: one seed has none).",
-        "",
-        f"Untrained policy ({n_re} episodes per seed): "
-        + ", ".join(f"seed {s}: {v:.3f}" for s, v in untrained.items())
-        + f"; mean {m0:.3f} {bounds(lo0, hi0)}.",
-        "",
-    ]
 
     def first(rs: list[dict]) -> np.ndarray:
         return np.array([untrained[r["seed"]] for r in rs])
@@ -270,7 +253,18 @@ def build_report(
         m + (f" ({', '.join(rs[0]['hints'])})" if rs[0]["hints"] else ""): rs
         for m, rs in ex.by_method(runs, algos).items()
     }
-    lines += ex.method_table(by, columns, first="estimator")
-    lines += ["", "Per seed (eval success at each evaluation, iteration 0 first):", ""]
-    lines += ex.per_seed(runs)
-    return [*lines, "", "![success vs environment steps](learning_sokoban.png)", ""]
+    return (
+        render(
+            "learning_sokoban",
+            **head,
+            budget=spans(BUDGET),
+            iterations=iterations,
+            episodes=iterations * BATCH,
+            n_re=n_re,
+            untrained=", ".join(f"seed {s}: {v:.3f}" for s, v in untrained.items()),
+            mean=f"{m0:.3f} {bounds(lo0, hi0)}",
+            table="\n".join(ex.method_table(by, columns, first="estimator")),
+            per_seed="\n".join(ex.per_seed(runs)),
+        )
+        + "\n"
+    )

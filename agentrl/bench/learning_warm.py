@@ -31,11 +31,21 @@ from agentrl.bench._report import (
     figure,
     header,
     notes,
+    render,
     run_agentrl,
+    spans,
     styles,
     write_markdown,
 )
-from agentrl.bench.stats import PairVerdict, auc, holm, interval_cell, pairs_table, t_interval
+from agentrl.bench.stats import (
+    PairVerdict,
+    auc,
+    holm,
+    interval_cell,
+    pairs_table,
+    t_interval,
+    verdict,
+)
 
 NOTES = "learning_warm_notes.md"
 """The committed notes: the budget's reasons and the mechanisms behind methods that come apart
@@ -102,16 +112,17 @@ STORE = "learning_warm_runs.jsonl"
 SERIES = {"train": "env/success", "invalid": "env/invalid_rate", "entropy": "loss/entropy"}
 """Per-iteration series of a summary: training success, and the invalid-action rate and policy
 entropy (the signs of a policy that has come apart)."""
-SIGNAL = (
-    ("mixed", "diag/mixed_groups", "groups with both a solved and an unsolved episode"),
-    ("grad_cos", "diag/grad_cos", "cosine between the gradients of two half mini-batches"),
-    ("grad_snr", "diag/grad_snr", "gradient signal-to-noise ratio of a half mini-batch"),
-    ("approx_kl", "loss/approx_kl", "approximate KL of one iteration's update"),
-)
-"""How much signal each update carries (name in the stored summary, metric, meaning): the
-fraction of groups whose success varies (only they carry an outcome signal), and whether two
-halves of a mini-batch agree on the gradient (cosine and SNR near 0: the update is mostly
-sampling noise); the approximate KL says how far each iteration moved the policy."""
+SIGNAL = {
+    "mixed": "diag/mixed_groups",
+    "grad_cos": "diag/grad_cos",
+    "grad_snr": "diag/grad_snr",
+    "approx_kl": "loss/approx_kl",
+}
+"""How much signal each update carries (name in the stored summary → metric): the fraction of
+groups whose success varies (only they carry an outcome signal), and whether two halves of a
+mini-batch agree on the gradient (cosine and SNR near 0: the update is mostly sampling noise);
+the approximate KL says how far each iteration moved the policy. The report's template says
+what each is."""
 
 
 def _reshaped(name: str) -> bool:
@@ -176,8 +187,8 @@ def summarise(spec: ex.Spec, out: Path) -> dict:
     """A finished run's summary (:func:`agentrl.bench.experiment.summarise` with
     :data:`SERIES`) and the signal in each update (``signal``: the :data:`SIGNAL` diagnostics
     per iteration)."""
-    record = ex.summarise(out, BATCH, {**SERIES, **{f"signal.{n}": m for n, m, _ in SIGNAL}})
-    record["signal"] = {name: record.pop(f"signal.{name}") for name, _, _ in SIGNAL}
+    record = ex.summarise(out, BATCH, {**SERIES, **{f"signal.{n}": m for n, m in SIGNAL.items()}})
+    record["signal"] = {name: record.pop(f"signal.{name}") for name in SIGNAL}
     return record
 
 
@@ -244,25 +255,26 @@ def run(
         + (f" --extra-methods {','.join(extra)} --extra-seeds {len(extra_seeds)}" if extra else "")
         + f" --iterations {iterations} --eval-every {eval_every} --noise {opts.noise}"
     )
-    setting = (
-        "Task: "
-        + " ".join(f"`{b}`" for b in TASK)
-        + ". Budget per run: "
-        + " ".join(f"`{b}`" for b in BUDGET[len(TASK) :])
-        + f", `trainer.steps={iterations}` ({iterations * BATCH} episodes), evaluation every "
-        f"{eval_every} iterations on {EVAL_EPISODES} held-out levels (sampled at temperature "
-        "1). Every run starts from one supervised checkpoint (solver plans with "
-        f"{opts.noise:.0%} of the moves random; "
-        + " ".join(f"`{a}`" for a in SFT)
-        + "). Runs are single-threaded processes, "
-        f"{opts.jobs} at a time; {wall / 60:.0f} min of run time in all."
+    setting = render(
+        "learning_warm",
+        "setting",
+        task=spans(TASK),
+        budget=spans(BUDGET[len(TASK) :]),
+        iterations=iterations,
+        episodes=iterations * BATCH,
+        eval_every=eval_every,
+        eval_episodes=EVAL_EPISODES,
+        noise=f"{opts.noise:.0%}",
+        sft=spans(SFT),
+        jobs=opts.jobs,
+        minutes=f"{wall / 60:.0f}",
     )
-    head = [*header(("torch", "transformers"), command, quick), "", setting]
+    head = [header(("torch", "transformers"), command, quick), "", setting]
     lines = build_report(results, core, extra, [*head, "", ex.version_line(store, specs, code)])
     lines += ex.coverage(results, [(m, seeds) for m in core] + [(m, extra_seeds) for m in extra])
     if skipped:
-        lines += ["", f"Not run (not registered here, or needs a rollout driver): {skipped}."]
-    lines += ["", "![success vs environment steps](learning_warm.png)", ""]
+        lines += ["", render("learning_warm", "not_run", methods=skipped)]
+    lines += ["", render("learning_warm", "plot"), ""]
     write_markdown(out / "learning_warm.md", "\n".join(lines))
     _plot(results, core, extra, out / "learning_warm.png")
     took = (time.perf_counter() - t0) / 60
@@ -337,16 +349,12 @@ def build_report(
         core, extra: method names in report order (methods without results are left out).
         head: the report's opening lines (machine, command).
     """
-    lines = ["# Learning from a warm start: can the benchmark tell credit methods apart?", ""]
-    lines += [*head, ""]
+    lines = [render("learning_warm"), "", *head, ""]
     by_core, by_extra = ex.by_method(results, core), ex.by_method(results, extra)
     if by_core:
         start = [r["y"][0] for r in next(iter(by_core.values()))]
-        lines += [
-            f"Start: eval success {np.mean(start):.3f} over {len(start)} seeds (iteration 0: "
-            "the same weights and levels for every method).",
-            "",
-        ]
+        mean = f"{np.mean(start):.3f}"
+        lines += [render("learning_warm", "start", mean=mean, n=len(start)), ""]
     for title, by in (("Core methods", by_core), ("Joined with a flag", by_extra)):
         if by:
             lines += [f"## {title}", "", *ex.method_table(by, COLUMNS), ""]
@@ -396,70 +404,56 @@ def _summary(
             if m not in own_shape:
                 firsts.setdefault(r["seed"], set()).add(round(r["train"][0], 9))
     same = sum(len(v) == 1 for v in firsts.values())
-    out.append(
-        f"- Pairing check: before any update (iteration 1's rollouts) every method saw the same "
-        f"training success in {same} of {len(firsts)} seeds (same weights, tasks and sampling)"
-        + (f"; {', '.join(own_shape)} roll out 64 tasks x 1, left out." if own_shape else ".")
-    )
+    block = "pairing_reshaped" if own_shape else "pairing"
+    out.append(render("learning_warm", block, same=same, seeds=len(firsts),
+                      methods=", ".join(own_shape)))  # fmt: skip
     starts = [r["y"][0] for rs in (by_core or every).values() for r in rs]
     if starts:
         p = float(np.mean(starts))
-        out.append(
-            f"- Evaluation noise: one evaluation of {EVAL_EPISODES} sampled episodes at success "
-            f"{p:.2f} has a binomial standard error of {np.sqrt(p * (1 - p) / EVAL_EPISODES):.3f}"
-            "; training success averages all "
-            f"{len(next(iter(every.values()))[0]['train']) * BATCH} training episodes of a run."
-        )
+        se = np.sqrt(p * (1 - p) / EVAL_EPISODES)
+        train = len(next(iter(every.values()))[0]["train"]) * BATCH
+        out.append(render("learning_warm", "noise", episodes=EVAL_EPISODES, p=f"{p:.2f}",
+                          se=f"{se:.3f}", train_episodes=train))  # fmt: skip
     if "grpo" in every:
         mixed, cos = _signal(every["grpo"], "mixed")[0], _signal(every["grpo"], "grad_cos")[0]
         if np.isfinite(mixed) and np.isfinite(cos):
-            noise = (
-                ": the halves' gradients are nearly orthogonal, so most of each update is "
-                "sampling noise"
-                if abs(cos) < 0.2
-                else ""
-            )
-            out.append(
-                f"- Signal (grpo): {mixed:.0%} of the groups in a batch had both a solved and "
-                f"an unsolved episode (the others carry no outcome contrast); the gradients of "
-                f"two halves of a mini-batch had mean cosine {cos:+.2f}{noise}."
-            )
+            orthogonal = render("learning_warm", "orthogonal") if abs(cos) < 0.2 else ""
+            out.append(render("learning_warm", "grpo_signal", mixed=f"{mixed:.0%}",
+                              cos=f"{cos:+.2f}", orthogonal=orthogonal))  # fmt: skip
     for m, rs in every.items():
-        _, lo, hi = t_interval([_gain(r) for r in rs])
-        if lo > 0:
-            what = "improved on the warm start"
-        elif hi < 0:
-            what = "fell below the warm start"
-        else:
-            what = "no change from the warm start is shown"
+        gains = [_gain(r) for r in rs]
+        _, lo, hi = t_interval(gains)
         first, last = _drift(rs, "invalid")
         # A policy that no longer answers with a move has come apart, whatever its success.
-        broke = (
-            f"; invalid actions rose from {first:.2f} to {last:.2f} (last 3 iterations)"
-            if last - first > 0.25
-            else ""
-        )
-        out.append(
-            f"- {m}: final − start eval success {interval_cell([_gain(r) for r in rs], '+.3f')}"
-            f" over {len(rs)} seeds: {what}{broke}."
-        )
+        broke = ""
+        if last - first > 0.25:
+            broke = render("learning_warm", "broke", first=f"{first:.2f}", last=f"{last:.2f}")
+        out.append(render(
+            "learning_warm", "gain", method=m, interval=interval_cell(gains, "+.3f"), n=len(rs),
+            what=render("learning_warm", verdict(lo, hi).replace(" ", "_")), broke=broke,
+        ))  # fmt: skip
     mechanisms = {k.removeprefix("Mechanism: "): v for k, v in notes(NOTES).items()}
-    out += [f"- Mechanism ({m}): {mechanisms[m]}" for m in every if m in mechanisms]
+    out += [
+        render("learning_warm", "mechanism", method=m, text=mechanisms[m])
+        for m in every
+        if m in mechanisms
+    ]
     for what, pairs in core_pairs.items():
         if not pairs:
             continue
         resolved = [p for p in pairs if p.verdict != "not resolved"]
-        told = "; ".join(f"{p.a} {p.verdict} than {p.b}" for p in resolved) or "none"
         kept = [p for p in pairs if p.verdict_holm != "not resolved"]
-        kept_told = "; ".join(f"{p.a} {p.verdict} than {p.b}" for p in kept) or "none"
-        out.append(
-            f"- Core pairs resolved on {what} (both intervals exclude 0): "
-            f"{len(resolved)} of {len(pairs)} ({told}); with no true difference up to about "
-            f"{0.05 * len(pairs):.1f} of {len(pairs)} would be called by chance. Family-wise "
-            f"(Holm over the {len(pairs)} pairs): {len(kept)} ({kept_told})."
-        )
+        out.append(render(
+            "learning_warm", "resolved", what=what, n=len(resolved), total=len(pairs),
+            told=_told(resolved), chance=f"{0.05 * len(pairs):.1f}", n_holm=len(kept),
+            told_holm=_told(kept),
+        ))  # fmt: skip
         out += _resolution(pairs, what)
     return [*out, ""]
+
+
+def _told(pairs: list[PairVerdict]) -> str:
+    return "; ".join(f"{p.a} {p.verdict} than {p.b}" for p in pairs) or "none"
 
 
 def _per_run(rs: list[dict], name: str) -> list[float]:
@@ -481,23 +475,15 @@ def _signal(rs: list[dict], name: str) -> tuple[float, float, float]:
 def _signal_table(every: dict[str, list[dict]]) -> list[str]:
     """The signal in each update per method (:data:`SIGNAL`), averaged over iterations, with
     95% t-intervals over seeds; methods whose runs did not record it are left out."""
-    shown = {m: rs for m, rs in every.items() if any(_per_run(rs, n) for n, _, _ in SIGNAL)}
+    shown = {m: rs for m, rs in every.items() if any(_per_run(rs, n) for n in SIGNAL)}
     if not shown:
         return []
     columns = [
         (n, "---", lambda rs, n=n: interval_cell(_per_run(rs, n)) if _per_run(rs, n) else "—")
-        for n, _, _ in SIGNAL
+        for n in SIGNAL
     ]
-    return [
-        "## Signal per update",
-        "",
-        "Mean over the iterations of a run, then over seeds (95% t). "
-        + "; ".join(f"{name}: {meaning} (`{metric}`)" for name, metric, meaning in SIGNAL)
-        + ".",
-        "",
-        *ex.method_table(shown, columns),
-        "",
-    ]
+    table = "\n".join(ex.method_table(shown, columns))
+    return [render("learning_warm", "signal", table=table), ""]
 
 
 def _resolution(pairs: list[PairVerdict], what: str) -> list[str]:
@@ -509,12 +495,11 @@ def _resolution(pairs: list[PairVerdict], what: str) -> list[str]:
     if not half:
         return []
     seeds = sorted({p.n for p in pairs if np.isfinite(p.t[0])})
-    return [
-        f"  Resolution on {what}: the paired 95% t half-width has median {np.median(half):.3f} "
-        f"(range {min(half):.3f}–{max(half):.3f}) over {len(half)} pairs at "
-        f"{'/'.join(map(str, seeds))} seeds; differences much smaller than that cannot be "
-        "told apart at this budget."
-    ]
+    return [render(
+        "learning_warm", "resolution", what=what, median=f"{np.median(half):.3f}",
+        low=f"{min(half):.3f}", high=f"{max(half):.3f}", pairs=len(half),
+        seeds="/".join(map(str, seeds)),
+    )]  # fmt: skip
 
 
 def _plot(results: list[dict], core: list[str], extra: list[str], path: Path) -> None:

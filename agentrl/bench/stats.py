@@ -95,7 +95,8 @@ class PairVerdict:
     verdict: str
     """``better`` (A > B), ``worse`` (A < B) or ``not resolved``."""
     p: float = math.nan
-    """Two-sided paired-t p-value of a zero mean difference (1 with no spread and mean 0)."""
+    """Two-sided p-value of a zero mean difference (:func:`t_p`: the paired t-test, or the
+    exact sign test when the differences have no spread)."""
     p_holm: float = math.nan
     """``p`` adjusted over the pair's family by :func:`holm` (NaN until adjusted)."""
 
@@ -122,23 +123,36 @@ def compare_pair(a: str, b: str, xa: Sequence[float], xb: Sequence[float]) -> Pa
     d = xa - xb
     m, blo, bhi = bootstrap_interval(d)
     _, tlo, thi = t_interval(d)
-    # Both intervals must exclude 0 (see the module docstring).
-    return PairVerdict(
-        a, b, len(d), m, (blo, bhi), (tlo, thi), verdict(min(blo, tlo), max(bhi, thi)), t_p(d)
-    )
+    p = t_p(d)
+    # Both intervals must exclude 0 (see the module docstring). Differences without spread
+    # have zero-width intervals, which would read as certainty: their verdict is the sign
+    # test's (t_p).
+    call = verdict(min(blo, tlo), max(bhi, thi))
+    if len(d) > 1 and no_spread(d) and p >= 0.05:
+        call = "not resolved"
+    return PairVerdict(a, b, len(d), m, (blo, bhi), (tlo, thi), call, p)
+
+
+def no_spread(d: np.ndarray) -> bool:
+    """Whether the differences are one value up to rounding (e.g. 0.3 − 0.2 against 0.1)."""
+    return bool(np.ptp(d) <= 1e-12 * max(1.0, float(np.abs(d).max())))
 
 
 def t_p(d: Sequence[float]) -> float:
-    """Two-sided one-sample t-test p-value of mean(d) = 0; 1 for fewer than 2 values, and for
-    no spread: 0 when the constant is not 0, else 1."""
+    """Two-sided p-value of mean(d) = 0: the one-sample t-test; 1 for fewer than 2 values.
+
+    Without spread the t statistic is undefined (0/0 or ±inf): then the exact two-sided sign
+    test, p = min(1, 2 · 0.5^n) when every difference is the same non-zero value (n values of
+    one sign), and 1 when they are all 0. Three seeds that agree give p = 0.25, not 0: no
+    number of agreeing seeds below 6 resolves a pair at 5%.
+    """
     from scipy import stats
 
     d = np.asarray(d, dtype=float)
     if len(d) < 2:
         return 1.0
-    # No spread up to rounding (e.g. 0.3 − 0.2 against 0.1): the t statistic is meaningless.
-    if np.ptp(d) <= 1e-12 * max(1.0, float(np.abs(d).max())):
-        return 0.0 if abs(d.mean()) > 1e-12 else 1.0
+    if no_spread(d):
+        return min(1.0, 2.0 * 0.5 ** len(d)) if abs(d.mean()) > 1e-12 else 1.0
     return float(stats.ttest_1samp(d, 0.0).pvalue)
 
 

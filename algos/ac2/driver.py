@@ -39,6 +39,7 @@ from agentrl.algos.ac2.core import (
 from agentrl.credit.batch import Trajectory, TrajectoryGroup
 from agentrl.env_api import EVAL_SEED_BASE
 from agentrl.model import encode_prompt
+from agentrl.rollout.sampler import Collected
 
 __all__ = ["AC2Driver"]
 
@@ -105,7 +106,7 @@ class AC2Driver(PrefixSampler):
         return self.head(hidden.float())
 
     # -- one iteration ------------------------------------------------------------------------
-    def collect(self, rng: np.random.Generator) -> tuple[list[TrajectoryGroup], dict[str, float]]:
+    def collect(self, rng: np.random.Generator) -> Collected:
         cfg = self.cfg
         self.decode_tokens = 0
         # 1. Refill: fresh problems, one full attempt each, into the buffer (not trained on).
@@ -205,9 +206,8 @@ class AC2Driver(PrefixSampler):
             "ac2/ready_problems": float(len(self.readiness.ready)),
         }
         self._snapshot = self._flat_params()
-        metrics = dict(self._pending)
-        metrics["perf/decode_tokens"] = float(self.decode_tokens)
-        return groups, metrics
+        # Decoding work: refills, continuations and critic answers, not only the groups' tokens.
+        return Collected(groups, None, float(self.decode_tokens), dict(self._pending))
 
     def _maybe_bank(self, seed: int, text: str, reward: float | None) -> None:
         if reward is not None and reward * 7 >= self.cfg.reference_points - 1e-9:

@@ -1,4 +1,5 @@
-"""PS-PPO: the leave-one-out estimator, the driver on a scripted case, and an end-to-end run."""
+"""PS-PPO: the leave-one-out estimator and the driver on a scripted case (its end-to-end run is
+a case of tests/run/test_e2e_matrix.py)."""
 
 from __future__ import annotations
 
@@ -144,7 +145,8 @@ def scripted_driver(**algo):
 )
 def test_driver_segments_baselines_and_golden_advantages(advantage, train, expected):
     drv = scripted_driver(advantage=advantage, train_continuations=train)
-    groups, metrics = drv.collect(np.random.default_rng(0))
+    got = drv.collect(np.random.default_rng(0))
+    groups, metrics = got.groups, got.metrics
     assert drv.backend.limits == [4, 2]  # continuations get the budget left after the cut
     (group,) = groups
     problem_ids = drv.problem(group.seed)[1]
@@ -167,7 +169,7 @@ def test_driver_segments_baselines_and_golden_advantages(advantage, train, expec
     assert metrics["psppo/response_reward"] == 0.625
     assert metrics["psppo/response_success"] == 0.5
     assert metrics["psppo/cuts_per_response"] == 1.0 and metrics["psppo/continuations"] == 4
-    assert metrics["perf/decode_tokens"] == 8 + 8
+    assert got.decoded_tokens == 8 + 8
     assert drv.state_dict() == {} and drv.after_update(np.random.default_rng(0)) == {}
 
 
@@ -181,42 +183,6 @@ def test_cuts_are_chunk_boundaries_inside_the_response():
             assert all(c % 2 == 0 and 0 < c <= 0.9 * length for c in cuts)
     # Drawn among the 18 boundaries of a 40-token response, not fixed.
     assert len({tuple(drv.cuts(40, rng)) for _ in range(20)}) > 1
-
-
-def test_psppo_trains_on_proof_derivations_end_to_end(tmp_path):
-    """``python -m agentrl.run env=proof algo=psppo trainer.steps=2``: PS-PPO's metrics and the
-    diagnostics are logged, and the run checkpoints."""
-    from helpers import run_agentrl
-
-    out = tmp_path / "run"
-    rows = run_agentrl(
-        [
-            "env=proof",
-            "algo=psppo",
-            "model=tiny",
-            "trainer.steps=2",
-            "rollout.n_tasks=2",
-            "rollout.group_size=2",
-            "rollout.max_new_tokens=24",
-            "algo.chunk_tokens=8",
-            "algo.max_cuts=1",
-            "algo.continuations=2",
-            "trainer.eval_episodes=2",
-            "trainer.eval_every=2",
-            "model.tokenizer_episodes=4",
-            "trainer.progress=false",
-        ],
-        out,
-        hydra_dir=tmp_path / "hydra",
-        cwd=tmp_path,
-    )
-    assert [r["iteration"] for r in rows] == [0, 1, 2]
-    for row in rows[1:]:
-        assert row["psppo/continuations"] <= 2 * 2 * 2
-        assert 0.0 <= row["psppo/response_reward"] <= 1.0
-        assert "diag/headroom" in row and "credit/partial_credit_conflict" in row
-    assert rows[2]["perf/decode_tokens_total"] > rows[1]["perf/decode_tokens_total"] > 0
-    assert (out / "checkpoints" / "iter-000002" / "trainer_state.pt").exists()
 
 
 def test_credit_benchmark_gives_psppo_one_continuation_per_step():

@@ -1,6 +1,6 @@
 """The stateful-estimator contract: plain-data state, purity, lost episodes, the trainer keeping
-the state between iterations and in checkpoints (resume is exact), and two training iterations
-with each advantage method of issue 16."""
+the state between iterations and in checkpoints (resume is exact). Two training iterations with
+each advantage method of issue 16 are cases of tests/run/test_e2e_matrix.py."""
 
 from __future__ import annotations
 
@@ -83,36 +83,6 @@ def test_lost_episodes_leave_the_state_alone(name):
     assert compute_advantages(name, half).state == compute_advantages(name, kept).state
 
 
-@pytest.mark.parametrize(
-    ("algo", "extra"),
-    [
-        ("bv_blend", []),
-        ("basis", ["rollout.group_size=1", "rollout.n_tasks=6"]),
-        ("gr2po", []),
-        ("hcapo", []),
-        ("constrained_grpo", ["algo.thresholds={invalid: 0.1, steps: 3}"]),
-    ],
-)
-def test_two_iterations(algo, extra, tmp_path):
-    metrics = train(compose([f"algo={algo}", "trainer.steps=2", *SMALL, *extra]), tmp_path)
-    assert np.isfinite(metrics["credit/adv_std"]) and np.isfinite(metrics["loss/pg"])
-    rows = read_metrics(tmp_path)
-    assert [r["iteration"] for r in rows] == [1, 2]
-    state = load_trainer_state(tmp_path / "checkpoints" / "iter-000002" / "trainer_state.pt")
-    if get_estimator(algo).stateful:
-        assert state["stages"]["credit"]["credit_state"]["updates"] == 2
-    else:
-        assert "credit_state" not in state
-    if algo == "constrained_grpo":
-        assert {"credit/lambda_invalid", "credit/lambda_steps"} <= set(metrics)
-        assert (
-            state["stages"]["credit"]["credit_state"]["lambda"]["steps"]
-            == metrics["credit/lambda_steps"]
-        )
-    if algo == "bv_blend":
-        assert rows[1]["credit/history_frac"] == 1.0  # Sokoban: one cluster, seen at iter 1
-
-
 def _rows(out: Path) -> dict[int, dict]:
     rows = read_metrics(out)
     skip = ("credit/solve_time_s",)
@@ -122,6 +92,7 @@ def _rows(out: Path) -> dict[int, dict]:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", ["constrained_grpo", "bv_blend"])
 def test_resume_restores_the_estimator_state_exactly(algo, tmp_path):
     """Uninterrupted 3 iterations vs the same run resumed from its iteration-2 checkpoint."""

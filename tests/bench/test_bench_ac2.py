@@ -106,6 +106,7 @@ def test_ac2_report_from_fake_runs_and_from_the_store(tmp_path, monkeypatch):
     assert "| ac2 | 0.400 [n/a] | 0.400 [n/a] | not reached | 0/1 | 400 |" in text
     assert "warm start is not here" in text and "| 2 | 0.150 | 2.0 | 0.300 |" in text
     assert "- grpo seed 0: 0.400, 0.420, 0.440" in text and (out / "ac2.png").exists()
+    assert "$" not in text  # every template placeholder filled
     assert len((out / ac2.STORE).read_text().splitlines()) == 3
     # A second seed: the first seed's runs come from the store, reported beside the new ones.
     monkeypatch.setattr(

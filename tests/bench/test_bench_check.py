@@ -268,7 +268,9 @@ def test_credit_check_skips_an_estimator_the_report_has_no_row_for(monkeypatch, 
     out = capsys.readouterr().out
     assert "SKIP credit: ac2: registered here, but" in out and "has no row for it" in out
     assert "of ac2" not in out  # not measured, not compared
-    assert "credit --check: PASSED" in out and "1 skipped" in out
+    # + the two property sections, which this report predates (skipped, not failed)
+    assert "SKIP credit: termination bias: " in out and "no '## Identical groups' section" in out
+    assert "credit --check: PASSED" in out and "3 skipped" in out
 
 
 def test_credit_check_fails_when_a_held_estimator_lacks_a_time(monkeypatch, tmp_path, capsys):
@@ -319,7 +321,8 @@ def test_credit_check_with_a_plugin_estimator_checks_only_the_committed_rows(
     assert "not in the committed report" not in out and "FAIL" not in out
     assert "skipped, registered here but without a row in" in out
     assert "SKIP credit: zz_plugin_credit: registered here, but" in out
-    assert "credit --check: PASSED" in out and "1 skipped (see above)" in out
+    # 1 + the two property sections the report predates
+    assert "credit --check: PASSED" in out and "3 skipped (see above)" in out
     assert "zz_plugin_credit" not in measured and "grpo" in measured
     assert seen["timings"] == 1
     monkeypatch.undo()
@@ -333,14 +336,14 @@ def test_check_refuses_reports_it_cannot_compare(tmp_path, capsys):
     assert main(["credit", "--check", "--out", str(tmp_path)]) == 1
     assert "--quick smoke run" in capsys.readouterr().out
     assert main(["env-speed", "--check"]) == 2
-    assert "checks exist for credit, learner-speed" in capsys.readouterr().err
+    assert "checks exist for credit, credit-learning, learner-speed" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["credit", "--check", "--quick"])
     with pytest.raises(SystemExit):
         main(["credit", "--check", "--tolerance", "-1"])
     with pytest.raises(SystemExit):
         main(["credit", "--tolerance", "0.5"])  # only with --check
-    assert set(CHECKS) >= {"credit", "learner-speed"}
+    assert set(CHECKS) >= {"credit", "credit-learning", "learner-speed"}
 
 
 # --- learner-speed --check ---
@@ -424,4 +427,7 @@ def test_credit_figures_from_a_real_quick_measurement_are_finite(monkeypatch, tm
     md = path.read_text().replace("1,003,953 steps", "1,000 steps")
     path.write_text(md.replace("6,506 steps", "500 steps"))
     figures = credit.check(results_dir=tmp_path, log=lambda _: None)
-    assert figures and all(f.measured is not None and np.isfinite(f.measured) for f in figures)
+    # The fake report has no property sections: those two figures are skipped.
+    measured = [f for f in figures if f.skip is None]
+    assert len(figures) - len(measured) == 2
+    assert measured and all(f.measured is not None and np.isfinite(f.measured) for f in measured)

@@ -15,6 +15,7 @@ def test_credit_benchmark_quick(tmp_path):
     quality, timing = run(out_dir=tmp_path, quick=True, log=lambda _: None)
     md = (tmp_path / "credit.md").read_text()
     assert (tmp_path / "credit.png").stat().st_size > 0
+    assert "$" not in md  # every template placeholder filled
     assert COMMANDS["credit"] == "agentrl.bench.credit:run"
     pearson = md.split("## Pearson r with the true advantage", 1)[1].split("\n## ", 1)[0]
     listed = set(re.findall(r"^\| (\w+)", pearson, flags=re.MULTILINE)) - {"estimator"}

@@ -110,6 +110,7 @@ def test_learning_report_gives_no_interval_for_one_seed(tmp_path, monkeypatch):
     assert row.startswith("| grpo | 0.250 [n/a] | +0.200 | n/a | yes (0.050-0.050 vs")
     assert "mean 0.050 [n/a]." in text and "[0.250, 0.250]" not in text
     assert "- grpo seed 0: 0.100, 0.100, 0.200" in text
+    assert "$" not in text  # every template placeholder filled
     assert (out / "learning_sokoban.png").stat().st_size > 0
     # Two seeds: intervals again; the stored first seed is reused, not trained again.
     calls: list[str] = []

@@ -49,9 +49,11 @@ def test_report_gives_core_verdicts_and_extras_against_grpo():
     base = list(0.3 + 0.05 * rng.random(5))
     results = (
         _results("grpo", base)
-        + _results("crbc", [b + 0.2 for b in base])  # better on every seed
+        # Better on every seed (by 0.2 on average, with some spread: identical differences
+        # would have no spread and be judged by the sign test alone).
+        + _results("crbc", [b + 0.2 + 0.01 * (s - 2) for s, b in enumerate(base)])
         + _results("gigpo", [b + 0.02 * (-1) ** s for s, b in enumerate(base)])  # a wash
-        + _results("cispo", [b - 0.2 for b in base[:3]])  # 3 seeds, worse
+        + _results("cispo", [b - 0.2 + 0.01 * (s - 1) for s, b in enumerate(base[:3])])  # worse
         + _results("rloo", base[:2])  # 2 seeds so far: pairs with rloo use 2, the others 5
     )
     lines = lw.build_report(

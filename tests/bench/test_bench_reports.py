@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agentrl.bench import _report, credit, env_speed, env_speed_alfworld, learner_speed
+from agentrl.bench import _report, credit, env_speed, learner_speed
 from agentrl.bench import learning_warm as lw
 from agentrl.bench.__main__ import COMMANDS, main, output_dir
 from agentrl.bench._check import read_tables
-from agentrl.bench.scale_pools import pools_section
+from agentrl.bench.scale import pools_section
 from agentrl.bench.stats import compare_pair, pairs_table
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
@@ -87,13 +87,13 @@ def test_env_speed_without_gym_sokoban_keeps_the_committed_comparison(committed,
         "6x6/1": {"agentrl": _timing("", 0.4, 60_000.0)},
     }
     text = (committed / "env_speed.md").read_text()
-    kept = env_speed.committed_gym_rows(_report.section_text(text, env_speed.SECTION))
-    assert set(kept) == {"7x7/2", "6x6/1"}
+    kept, date = env_speed.committed_gym_rows(committed)
+    assert set(kept) == {"7x7/2", "6x6/1"} and date == "2026-11-29"
     body = env_speed.sokoban_section(results, GYM_ERROR, 10, False, committed=committed)
     note = "from the committed run of 2026-11-29, gym-sokoban not installed here"
     for key, (line, _, _) in kept.items():
         numbers = line.split("|", 2)[2]  # the committed figures, unchanged
-        assert f"| {key} gym-sokoban 0.0.6 ({note}) |{numbers}" in body
+        assert numbers in text and f"| {key} gym-sokoban 0.0.6 ({note}) |{numbers}" in body
     assert GYM_ERROR in body and "speed-ups marked † compare this run with that one" in body
     # Speed-ups against the committed figures (7x7/2: 61.803 ms per level, 226 steps/s).
     assert f"| {61.803 / 0.5:,.0f}x / {70_000 / 226:,.0f}x † |" in body
@@ -109,7 +109,7 @@ def test_env_speed_without_gym_sokoban_keeps_the_committed_comparison(committed,
 
 def test_env_speed_without_alfworld_keeps_the_committed_section(committed, tmp_path):
     out = tmp_path / "bench-out"
-    note = env_speed_alfworld.keep_alfworld_section(out, "ImportError: no alfworld", committed)
+    note = env_speed.keep_section(out, "ALFWorld", "ImportError: no alfworld", committed)
     assert note == (
         "from the committed run of 2026-11-29, alfworld (the stock engine) not installed here"
     )
@@ -119,7 +119,7 @@ def test_env_speed_without_alfworld_keeps_the_committed_section(committed, tmp_p
     assert "| stock (textworld PddlEnv + alfworld wrappers) | 600 | 7.2 |" in alf
     # Into the committed folder itself: the section is that run's already, left as it is.
     before = (committed / "env_speed.md").read_text()
-    assert env_speed_alfworld.keep_alfworld_section(committed, "x", committed) == note
+    assert env_speed.keep_section(committed, "ALFWorld", "x", committed) == note
     assert (committed / "env_speed.md").read_text() == before
 
 
@@ -136,10 +136,17 @@ def test_learner_speed_without_trl_keeps_the_committed_trl_rows(committed, tmp_p
         path, results, "ModuleNotFoundError: no trl", False, loads, 3, 1e-3, 1, committed
     )
     text = path.read_text()
-    note = "from the committed run of 2026-11-29, TRL not installed here"
+    # The committed TRL rows and ratio lines, copied with their figures and marked.
+    committed_text = (committed / "learner_speed.md").read_text()
+    date = _report.run_date(committed_text)
+    note = f"from the committed run of {date}, TRL not installed here"
     assert text.count(f"| TRL GRPOTrainer ({note}) |") == len(learner_speed.SETTINGS)
-    assert "| P=128, C=32, B×G=8×8 | TRL GRPOTrainer (" in text and "| 845 | 12,120 |" in text
-    assert "agentrl / TRL tokens/s = **1.56×** (target ≥ 1.5×: met)" in text and note in text
+    for line in committed_text.splitlines():
+        if "| TRL GRPOTrainer |" in line:
+            setting, figures = line.split("| TRL GRPOTrainer |")
+            assert f"{setting}| TRL GRPOTrainer ({note}) |{figures}" in text
+        if ": agentrl / TRL tokens/s = **" in line:
+            assert f"{line} ({note})" in text
     assert "TRL was not measured (ModuleNotFoundError: no trl)" in text
     assert not _header_only(text)
 
@@ -323,7 +330,7 @@ def test_learning_warm_plot_gives_every_method_its_own_colour(monkeypatch, tmp_p
 def test_scale_report_from_fake_runs(monkeypatch, tmp_path, committed):
     """The scale report's writer, its runs stubbed: one process against two ranks, and the
     pools section kept from the committed report when ALFWorld is missing."""
-    from agentrl.bench import scale, scale_pools
+    from agentrl.bench import scale
 
     figures = {1: {"env_steps_per_s": 100.0, "gen_tokens_per_s": 50.0}, 2: {}}
     figures[1] |= {"learn_tokens_per_s": 1000.0, "iteration_s": 2.0}
@@ -332,10 +339,31 @@ def test_scale_report_from_fake_runs(monkeypatch, tmp_path, committed):
     monkeypatch.setattr(
         scale, "_run", lambda world, steps, out: launched.append(world) or figures[world]
     )
-    monkeypatch.setattr(scale_pools, "measure_pools", lambda quick, log: [])
+    monkeypatch.setattr(scale, "measure_pools", lambda quick, log: [])
     monkeypatch.setattr(_report, "committed_dir", lambda: committed)
     scale.run(tmp_path, quick=True, log=lambda *a: None)
     text = (tmp_path / "scale.md").read_text()
     assert launched == [1, 2] and "| env steps/s (rollout) | 100.0 | 150.0 | 1.50x | 75% |" in text
     assert "| s / iteration | 2.0 | 1.6 | 1.25x | 62% |" in text
     assert "*Kept: from the committed run of" in text and not _header_only(text)
+    assert "$" not in text  # every template placeholder filled
+
+
+def test_threads_report_from_fake_runs(monkeypatch, tmp_path):
+    """``threads`` (in :mod:`agentrl.bench.scale`): a row per busy level and thread count, each
+    against one thread; its runs and busy-loop processes stubbed."""
+    from agentrl.bench import scale
+
+    class NoProcess:
+        def __init__(self, **kwargs):
+            pass
+
+        start = terminate = lambda self: None
+
+    monkeypatch.setattr(scale.mp, "Process", NoProcess)
+    monkeypatch.setattr(scale, "_iteration_seconds", lambda n, steps, out: [1.0 + 0.5 * (n > 1)])
+    medians = scale.run_threads(tmp_path, quick=True, log=lambda *a: None)
+    text = (tmp_path / "threads.md").read_text()
+    assert COMMANDS["threads"] == "agentrl.bench.scale:run_threads"
+    assert medians[(0, 1)] == 1.0 and "| 0 | " in text and "| 2 | 1.50 | 1.50x |" in text
+    assert "$" not in text and not _header_only(text)

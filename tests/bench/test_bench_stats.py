@@ -56,8 +56,9 @@ def test_verdicts():
 
 
 def test_pairing_removes_the_shared_seed_effect():
-    seed_effect = np.array([0.1, 0.5, 0.2, 0.9, 0.3])
-    a, b = seed_effect + 0.05, seed_effect  # A is better by 0.05 on every seed
+    seed_effect = np.array([0.1, 0.5, 0.2, 0.9, 0.3, 0.6])
+    # A is better by 0.05 on every one of 6 seeds (sign test p = 2 * 0.5^6 < 0.05).
+    a, b = seed_effect + 0.05, seed_effect
     p = compare_pair("a", "b", a, b)
     assert p.verdict == "better" and p.mean_diff == pytest.approx(0.05)
     # Unpaired, the same numbers could not be told apart.
@@ -75,11 +76,11 @@ def test_verdict_needs_both_intervals():
 
 
 def test_all_pairs_and_table():
-    pairs = all_pairs({"x": [1, 2, 3], "y": [1, 2, 3], "z": [0, 1, 2]})
+    pairs = all_pairs({"x": [1, 2, 3], "y": [1, 2, 3], "z": [0, 1, 2.5]})
     assert [(p.a, p.b) for p in pairs] == [("x", "y"), ("x", "z"), ("y", "z")]
     assert pairs[0].verdict == "not resolved" and pairs[1].verdict == "better"
     rows = pairs_table(pairs, "success")
-    assert len(rows) == 2 + 3 and "| x | z | 3 | +1.000 |" in rows[3]
+    assert len(rows) == 2 + 3 and "| x | z | 3 | +0.833 |" in rows[3]
     with pytest.raises(ValueError, match="same seeds"):
         compare_pair("a", "b", [1, 2], [1, 2, 3])
 
@@ -102,10 +103,22 @@ def test_paired_t_p_value_by_hand():
     # d = [1, 2, 3]: t = 2 / (1 / sqrt 3) = 2 sqrt 3 on 2 degrees of freedom, whose two-sided
     # p has the closed form 1 - t / sqrt(2 + t^2) = 1 - sqrt(12 / 14).
     assert t_p([1.0, 2.0, 3.0]) == pytest.approx(1 - np.sqrt(12 / 14), rel=1e-9)
-    assert t_p([0.2, 0.2]) == 0.0 and t_p([0.0, 0.0, 0.0]) == 1.0 and t_p([0.5]) == 1.0
+    assert t_p([0.0, 0.0, 0.0]) == 1.0 and t_p([0.5]) == 1.0
     assert compare_pair("a", "b", [2.0, 3.0, 4.0], [1.0, 1.0, 1.0]).p == pytest.approx(
         1 - np.sqrt(12 / 14)
     )
+
+
+def test_differences_without_spread_get_the_exact_sign_test():
+    # A 3-seed pilot whose differences were all 0.1 reported p = 0 and a resolved pair: with no
+    # spread the t statistic is undefined, and n agreeing signs have two-sided p = 2 * 0.5^n.
+    assert t_p([0.1, 0.1, 0.1]) == 0.25 and t_p([-0.2, -0.2]) == 0.5
+    assert t_p([0.3 - 0.2] * 6) == pytest.approx(2 * 0.5**6)  # rounding is not spread
+    three = compare_pair("a", "b", [0.3, 0.4, 0.5], [0.2, 0.3, 0.4])
+    assert three.p == 0.25 and three.verdict == "not resolved"
+    six = compare_pair("a", "b", [1.0] * 6, [0.5] * 6)
+    assert six.p == pytest.approx(0.03125) and six.verdict == "better"
+    assert compare_pair("a", "b", [0.0] * 6, [0.5] * 6).verdict == "worse"
 
 
 def test_holm_adjusts_by_hand_and_keeps_order():

@@ -186,6 +186,7 @@ def test_a_graph_of_the_full_batch_is_rejected():
     np.testing.assert_array_equal(good.step, compute_advantages("crbc", batch).step)
 
 
+@pytest.mark.slow
 def test_trainer_drops_lost_steps_from_the_samples(tmp_path, monkeypatch):
     """One training iteration in-process: the learner never sees a lost episode's steps, the
     graph estimator runs, and the metric is logged."""

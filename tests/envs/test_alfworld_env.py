@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import ALFWORLD_TEST_CACHE, ENV_TEST_KWARGS, alfworld_games, make_env, read_metrics
+from helpers import ALFWORLD_TEST_CACHE, ENV_TEST_KWARGS, alfworld_games, make_env
 
 pytest.importorskip("alfworld")
 
@@ -160,44 +158,6 @@ def test_generated_cache_is_reused():
     assert marker
     listed = json.loads(marker[0].read_text())["games"]
     assert all((marker[0].parent / p).exists() for p in listed)
-
-
-def test_training_runs_offline_on_generated_games(tmp_path):
-    """``python -m agentrl.run env=alfworld algo=grpo model=tiny trainer.steps=2``, small."""
-    out = tmp_path / "run"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "agentrl.run",
-            "env=alfworld",
-            "algo=grpo",
-            "model=tiny",
-            "trainer.steps=2",
-            "rollout.n_tasks=2",
-            "rollout.group_size=2",
-            "env.max_steps=3",
-            "trainer.eval_episodes=2",
-            "trainer.eval_every=1",
-            "model.tokenizer_episodes=2",
-            "trainer.progress=false",
-            *(f"env.{k}={v}" for k, v in ENV_TEST_KWARGS["alfworld"].items()),
-            f"trainer.out_dir={out}",
-            f"hydra.run.dir={tmp_path}/hydra",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=tmp_path,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    # Said once per run (the main process, the evaluation pool and every worker share it).
-    assert (proc.stdout + proc.stderr).count("the games are GENERATED") == 1
-    rows = read_metrics(out)
-    assert [r["iteration"] for r in rows] == [0, 1, 2]
-    assert all(0 < r["env/length"] <= 3 for r in rows[1:])
-    assert all(any(k.startswith("eval/success_") for k in r) for r in rows)
-    assert (out / "checkpoints" / "iter-000002" / "model.safetensors").exists()
 
 
 def test_process_pool_plays_alfworld_like_the_inline_pool():

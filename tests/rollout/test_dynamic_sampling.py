@@ -83,6 +83,7 @@ def _group_returns(batch):
     return [sorted(returns[batch.traj_group == g].tolist()) for g in range(batch.n_groups)]
 
 
+@pytest.mark.slow
 def test_all_equal_groups_never_reach_the_learner(tmp_path, monkeypatch):
     answers = itertools.cycle(["1", "2", "3"])  # a group's two episodes guess a, a + 1
     trainer = _trainer(tmp_path, answers, "rollout.dynamic_sampling=true")
@@ -108,6 +109,7 @@ def test_all_equal_groups_never_reach_the_learner(tmp_path, monkeypatch):
     assert equal, "the control run should see all-equal groups"
 
 
+@pytest.mark.slow
 def test_the_round_cap_trains_on_what_there_is(tmp_path, monkeypatch):
     """Every episode guesses "1": both episodes of a group always agree, no group is ever
     informative; after the cap the update gets nothing, and the iteration says so."""

@@ -280,6 +280,7 @@ def test_cluster_detection(monkeypatch):
     assert cluster_address() is None  # another program's private ray.init() is not joined
 
 
+@pytest.mark.slow
 def test_run_end_to_end_with_the_ray_pool(ray_local, tmp_path):
     """``python -m agentrl.run rollout.env_pool=ray``: its own local Ray (training and
     evaluation pools on it), one iteration, a checkpoint."""

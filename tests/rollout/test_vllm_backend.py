@@ -213,6 +213,7 @@ def test_adapter_sync_needs_an_engine_with_lora(fake_vllm, tiny):
     assert "enable_lora" not in vl.llm.kwargs  # merged sync needs no LoRA in the engine
 
 
+@pytest.mark.slow
 def test_trainer_puts_the_backend_to_sleep_for_the_update_and_syncs_after(tmp_path, monkeypatch):
     from agentrl.learn.learner import Learner
     from agentrl.run import compose, trainer

@@ -18,6 +18,9 @@ from helpers import read_metrics, run_agentrl
 
 from agentrl.learn.learner import Learner, LearnerConfig
 
+# Every test starts torchrun (a learner update, a credit computation or whole runs).
+pytestmark = pytest.mark.slow
+
 HERE = Path(__file__).resolve().parents[1]  # tests/
 
 

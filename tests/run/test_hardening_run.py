@@ -155,6 +155,7 @@ def test_non_finite_loss_skips_the_step_and_stops_after_k_in_a_row():
 # -- 6, 7: one iteration-0 row; one process per run directory -------------------------------
 
 
+@pytest.mark.slow
 def test_resume_without_a_checkpoint_leaves_one_iteration_zero_row(tmp_path):
     (tmp_path / "metrics.jsonl").write_text(
         json.dumps({"iteration": 0, "eval/success": 0.5}) + "\n"
@@ -165,6 +166,7 @@ def test_resume_without_a_checkpoint_leaves_one_iteration_zero_row(tmp_path):
     assert [r["iteration"] for r in rows] == [0, 1]
 
 
+@pytest.mark.slow
 def test_a_second_run_in_the_same_directory_gets_a_clear_error(tmp_path):
     cfg = compose([*SMALL, "trainer.steps=1", "trainer.eval_every=0"])
     with exclusive_run_dir(tmp_path), pytest.raises(RunDirInUse, match=f"pid {os.getpid()}"):

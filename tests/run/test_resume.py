@@ -9,9 +9,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 from helpers import read_metrics, run_agentrl
 from safetensors.torch import load_file
+
+pytestmark = pytest.mark.slow
 
 ARGS = [
     "trainer.steps=4",

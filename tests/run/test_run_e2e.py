@@ -1,4 +1,5 @@
-"""End to end: ``python -m agentrl.run ... trainer.steps=2`` on the tiny model."""
+"""The command line: configs that compose or fail with agentrl's message, the run summary, an
+evaluation-only run. Two training iterations per environment and method: test_e2e_matrix.py."""
 
 from __future__ import annotations
 
@@ -8,9 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
-from helpers import read_metrics, run_agentrl
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from helpers import run_agentrl
 
 from agentrl.configuration import ConfigError
 from agentrl.run import compose, main
@@ -29,49 +28,7 @@ def _run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
     )
 
 
-def test_two_iterations_train_every_parameter_and_save_hf_checkpoint(tmp_path):
-    out = tmp_path / "run"
-    proc = _run(
-        [
-            "trainer.steps=2",
-            "rollout.n_tasks=2",
-            "rollout.group_size=4",
-            "rollout.max_new_tokens=3",  # some valid moves, so advantages are nonzero
-            "trainer.progress=false",
-            "trainer.save_initial=true",
-            f"trainer.out_dir={out}",
-        ],
-        tmp_path,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "iter 2/2" in proc.stderr + proc.stdout
-    ckpt = out / "checkpoints" / "iter-000002"
-    # The closing summary, on stdout: final train and eval success next to the untrained
-    # evaluation, where the run is, its last checkpoint and how to view it.
-    rows = {r["iteration"]: r for r in read_metrics(out)}
-    summary = proc.stdout[proc.stdout.index("agentrl: run finished") :]
-    assert f"train success   {rows[2]['env/success']:.3f}  (iteration 2)" in summary
-    assert (
-        f"eval success    {rows[2]['eval/success']:.3f}  (iteration 2; untrained, "
-        f"iteration 0: {rows[0]['eval/success']:.3f})"
-    ) in summary
-    assert f"run folder      {out}\n" in summary
-    assert f"last checkpoint {ckpt}\n" in summary
-    assert f"tensorboard --logdir {out / 'tb'}" in summary
-    assert (ckpt / "config.json").exists() and (ckpt / "model.safetensors").exists()
-    assert (out / "checkpoints" / "latest").read_text() == "iter-000002"
-    assert (out / "run_config.yaml").exists()
-    assert list((out / "tb").glob("events.out.tfevents.*")), "no TensorBoard log"
-    trained = AutoModelForCausalLM.from_pretrained(ckpt)
-    initial = AutoModelForCausalLM.from_pretrained(out / "checkpoints" / "iter-000000")
-    AutoTokenizer.from_pretrained(ckpt)  # the tokenizer round-trips too
-    before = dict(initial.named_parameters())
-    unchanged = [
-        n for n, p in trained.named_parameters() if p.requires_grad and torch.equal(p, before[n])
-    ]
-    assert not unchanged, f"parameters that did not change: {unchanged}"
-
-
+@pytest.mark.slow
 def test_broken_config_fails_at_startup_with_exit_code(tmp_path):
     proc = _run(["+trainer.stepz=2", f"trainer.out_dir={tmp_path}/run"], tmp_path)
     assert proc.returncode == 2
@@ -164,6 +121,7 @@ def test_summary_is_printed_by_the_main_rank_only(tmp_path, capsys):
     assert "last checkpoint none saved" in text
 
 
+@pytest.mark.slow
 def test_steps_zero_evaluates_a_checkpoint_only(tmp_path):
     """``trainer.steps=0`` with ``model.name_or_path=<checkpoint>``: one evaluation, no save."""
     out = tmp_path / "first"

@@ -152,6 +152,7 @@ def _evaluate(tmp_path: Path, *extra: str) -> dict:
     return read_metrics(tmp_path)[0]
 
 
+@pytest.mark.slow
 def test_sft_on_sokoban_beats_the_untrained_model_and_loads(tmp_path):
     """A few hundred steps of cloning solver plans: the greedy policy answers with moves and
     solves held-out levels the untrained one does not (it answers with noise), and the
@@ -175,6 +176,7 @@ def test_sft_on_sokoban_beats_the_untrained_model_and_loads(tmp_path):
     assert cloned["eval/success"] >= untrained["eval/success"] + 0.08, (untrained, cloned)
 
 
+@pytest.mark.slow
 def test_value_head_from_sft_is_the_pretrained_critic(tmp_path):
     """``sft.value_coef`` fits and saves a value head; ``algo=gae algo.critic_init=pretrained``
     starts its critic from exactly that head."""
@@ -208,6 +210,7 @@ def test_value_head_from_sft_is_the_pretrained_critic(tmp_path):
     assert (tmp_path / "rl" / "checkpoints" / "iter-000001" / VALUE_HEAD_FILE).exists()
 
 
+@pytest.mark.slow
 def test_config_and_command_line(tmp_path):
     run, cfg = compose_sft(["env=sokoban", "sft.steps=7", "sft.noise=0.25", "model.hidden_size=32"])
     assert (cfg.steps, cfg.noise, run.model.hidden_size, run.env_name) == (7, 0.25, 32, "sokoban")

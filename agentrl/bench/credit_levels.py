@@ -1,0 +1,288 @@
+"""The levels the credit-learning benchmark plays: real environments, memoised; synthetic MDPs.
+
+A *level* is one task of an environment (a reset seed) that a cheap policy plays many times.
+:class:`MemoLevel` plays a registered environment through an
+:class:`~agentrl.rollout.env_pool.InlinePool` (the pool the trainer uses in-process, with its
+handling of an environment that raises) and memoises every step by the episode's action history:
+the step after history h and action a is computed by the environment once and then looked up.
+That is exact for environments that are deterministic given their reset seed and the actions
+(Sokoban, WebShop and ALFWorld are; :func:`check_deterministic` is the test), and it makes the
+thousands of episodes of a benchmark cost what their distinct histories cost. A miss replays the
+history from a reset when the live environment is elsewhere.
+
+:class:`SyntheticEnv` is a :class:`~agentrl.env_api.TextEnv` over a
+:class:`~agentrl.credit.synthetic.SyntheticMDP` (random transitions, so it is played directly,
+without memo), and :func:`optimal_success` its best achievable success probability by value
+iteration over the horizon.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from agentrl.credit.synthetic import SyntheticMDP
+from agentrl.env_api import TextEnv, Transition
+from agentrl.rollout.env_pool import InlinePool, StepResult
+
+Path = tuple | None
+"""The actions of an episode so far as a linked list ``(previous path, action)``; None at the
+reset state. One object per spot, so the live environment's position is known by identity."""
+
+
+@dataclass(frozen=True)
+class Spot:
+    """Where an episode is: the observation and info of its state, its step count and path."""
+
+    obs: str
+    info: dict[str, Any]
+    t: int = 0
+    path: Path = None
+    node: int = 0
+    """The memo's node of the history (history memo only)."""
+    demo: tuple[str, ...] | None = None
+    """The environment's demonstration from this state, when the level records them."""
+
+
+def actions_on(path: Path) -> list[str]:
+    """The actions of ``path``, first to last."""
+    out = []
+    while path is not None:
+        path, action = path
+        out.append(action)
+    return out[::-1]
+
+
+class MemoLevel:
+    """One level (``seed``) of an environment, its steps memoised.
+
+    Args:
+        env: a registered environment (``agentrl.registry.make``), owned by this level.
+        seed: the reset seed of the level; ``options`` the reset options.
+        restore: for an environment whose anchor is its whole state, the reset options that
+            start an episode in the state of a given anchor. The memo is then keyed by
+            (anchor, action), shared by every history that reaches the state, and a miss costs
+            one reset and one step instead of a replay. The step count, the one part of a
+            result that depends on the history, is set from the episode: ``info["step"]`` and
+            ``truncated`` (not terminated and ``max_steps`` reached), as
+            :class:`~agentrl.env_api.TextEnv` sets them. Without ``restore`` the memo is keyed
+            by the whole action history.
+    """
+
+    def __init__(
+        self,
+        env,
+        seed: int,
+        options: dict | None = None,
+        restore: Callable[[Any, Hashable], dict] | None = None,
+        demos: bool = False,
+    ):
+        self.pool = InlinePool([env])
+        self.env = env
+        self.seed, self.options, self.restore = int(seed), options, restore
+        self.demos = demos
+        self.max_steps = int(getattr(env.unwrapped, "max_steps", 0) or 0)
+        obs, info = self.pool.reset([(0, self.seed, options)])[0]
+        self.root = Spot(obs, info, demo=self._demo())
+        self._memo: dict[tuple, tuple[int, StepResult, tuple[str, ...] | None]] = {}
+        self._at: Path | bool = None  # the path the live environment is at (False: unknown)
+        self.misses = 0
+
+    def reset(self) -> Spot:
+        return self.root
+
+    def step(self, spot: Spot, action: str) -> tuple[Spot, StepResult]:
+        """The step from ``spot`` with ``action``: the next spot and the environment's result."""
+        key = (spot.info.get("anchor"), action) if self.restore else (spot.node, action)
+        path = (spot.path, action)
+        hit = self._memo.get(key)
+        if hit is None:
+            self.goto(spot)
+            result = self.pool.step([(0, action)])[0]
+            # The environment is in the new state now: its demonstration costs no replay.
+            hit = (len(self._memo) + 1, result, self._demo())
+            self._memo[key] = hit
+            self._at = False if self.restore else path
+            self.misses += 1
+        node, result, demo = hit
+        if self.restore:
+            obs, reward, terminated, _, info = result
+            t = spot.t + 1
+            truncated = not terminated and t >= self.max_steps
+            result = (obs, reward, terminated, truncated, {**info, "step": t})
+        return Spot(result[0], result[4], spot.t + 1, path, node, demo), result
+
+    def _demo(self) -> tuple[str, ...] | None:
+        """The live environment's demonstration from where it is (``demos`` only)."""
+        if not self.demos:
+            return None
+        plan = self.env.unwrapped.demonstration()
+        return None if plan is None else tuple(plan)
+
+    def goto(self, spot: Spot) -> None:
+        """Put the live environment at ``spot``: a reset into its state (``restore``), else a
+        reset and a replay of its actions when the environment is elsewhere."""
+        if self.restore:
+            options = self.restore(self.env.unwrapped, spot.info.get("anchor"))
+            self.pool.reset([(0, self.seed, options)])
+            return
+        if self._at is spot.path:
+            return
+        self.pool.reset([(0, self.seed, self.options)])
+        for action in actions_on(spot.path):
+            self.pool.step([(0, action)])
+        self._at = spot.path
+
+    @property
+    def size(self) -> int:
+        return len(self._memo)
+
+
+class DirectLevel:
+    """One level of an environment with random transitions: every episode is played afresh
+    (each reset with the level's seed; the environment varies its own draws between episodes)."""
+
+    def __init__(self, env, seed: int, options: dict | None = None):
+        self.pool = InlinePool([env])
+        self.env = env
+        self.seed, self.options = int(seed), options
+        self.misses = 0
+
+    def reset(self) -> Spot:
+        obs, info = self.pool.reset([(0, self.seed, self.options)])[0]
+        return Spot(obs, info)
+
+    def restart(self) -> None:
+        """Start the environment's random draws over (a run's first episode gets the draws of
+        every run's first episode, whatever ran before on this level)."""
+        restart = getattr(self.env.unwrapped, "restart_draws", None)
+        if restart is not None:
+            restart()
+
+    def step(self, spot: Spot, action: str) -> tuple[Spot, StepResult]:
+        result = self.pool.step([(0, action)])[0]
+        self.misses += 1
+        return Spot(result[0], result[4], spot.t + 1), result
+
+    @property
+    def size(self) -> int:
+        return 0
+
+
+def check_deterministic(
+    make_env,
+    seed: int,
+    histories: Sequence[Sequence[str]],
+    restore: Callable[[Any, Hashable], dict] | None = None,
+) -> list[str]:
+    """Play ``histories`` through one :class:`MemoLevel` and each through a fresh environment;
+    the differences found (``[]`` when the memo is exact for these histories)."""
+    memo = MemoLevel(make_env(), seed, restore=restore)
+    bad = []
+    for h, actions in enumerate(histories):
+        direct = make_env()
+        direct.reset(seed=seed)
+        spot = memo.reset()
+        for t, action in enumerate(actions):
+            want = direct.step(action)
+            spot, got = memo.step(spot, action)
+            if _comparable(want) != _comparable(got):
+                bad.append(f"history {h}, step {t} ({action!r}): {want[:4]} != {got[:4]}")
+                break
+            if want[2] or want[3]:
+                break
+    return bad
+
+
+def _comparable(result: StepResult) -> tuple:
+    obs, reward, term, trunc, info = result
+    return obs, reward, term, trunc, repr(sorted(info.items()))
+
+
+# ------------------------------------------------------------------------ synthetic MDPs
+
+
+class SyntheticEnv(TextEnv):
+    """A :class:`SyntheticMDP` as a text environment.
+
+    The observation is ``"state s"``, the actions ``a0 .. a{A-1}`` (all admissible), the anchor
+    the state. A reset with seed k starts in the state drawn from ``mdp.initial`` by
+    ``default_rng(k)``; the transitions of the i-th episode since the environment was built
+    come from ``default_rng((k, i))``, so the G rollouts of a group start together and then
+    differ, reproducibly (:meth:`restart_draws` numbers them from 0 again). Reward 1 on
+    entering success, 0 otherwise; ``max_steps`` is the MDP's horizon (truncation counts as
+    failure).
+    """
+
+    def __init__(self, mdp: SyntheticMDP):
+        super().__init__()
+        self.mdp = mdp
+        self.max_steps = int(mdp.horizon)
+        self._episodes = 0
+        self._state = 0
+        self._outcome: str | None = None
+        self._draw = np.random.default_rng(0)
+
+    def restart_draws(self) -> None:
+        """Number the episodes from 0 again: the next episodes repeat the draws of the first
+        ones since the environment was built."""
+        self._episodes = 0
+
+    def _reset(self, options: dict[str, Any] | None) -> str:
+        seed = int(self.np_random.integers(2**31))  # the reset seed's stream, as other envs
+        self._state = int(np.random.default_rng(seed).choice(self.mdp.n_states, p=self.mdp.initial))
+        self._draw = np.random.default_rng((seed, self._episodes))
+        self._episodes += 1
+        self._outcome = None
+        return f"state {self._state}"
+
+    def _step(self, action: str) -> Transition:
+        names = self.mdp.action_names
+        if action not in names:
+            return Transition(f"state {self._state}", 0.0, False, False, None)
+        a = names.index(action)
+        x = int(self._draw.choice(self.mdp.n_states + 2, p=self.mdp.P[self._state, a]))
+        if x == self.mdp.success:
+            self._outcome = "success"
+            return Transition("success", 1.0, True, True, action)
+        if x == self.mdp.failure:
+            self._outcome = "failure"
+            return Transition("failure", 0.0, True, True, action)
+        self._state = x
+        return Transition(f"state {x}", 0.0, False, True, action)
+
+    def _anchor(self) -> Hashable:
+        return self._outcome or self._state
+
+    def _won(self) -> bool:
+        return self._outcome == "success"
+
+    def _admissible(self) -> list[str] | None:
+        return list(self.mdp.action_names)
+
+    def _task(self) -> str:
+        return "Reach success."
+
+
+def optimal_success(mdp: SyntheticMDP) -> float:
+    """The best success probability within the horizon from ``mdp.initial`` (finite-horizon
+    value iteration over the MDP's actions, no discount)."""
+    S = mdp.n_states
+    V = np.zeros(S)
+    for _ in range(mdp.horizon):
+        Q = mdp.P[:, :, :S] @ V + mdp.P[:, :, S]  # (S, A)
+        V = Q.max(axis=1)
+    return float(mdp.initial @ V)
+
+
+def policy_success(mdp: SyntheticMDP, pi: np.ndarray) -> float:
+    """Success probability within the horizon of the stationary policy ``pi`` (S, A)."""
+    S = mdp.n_states
+    V = np.zeros(S)
+    for _ in range(mdp.horizon):
+        Q = mdp.P[:, :, :S] @ V + mdp.P[:, :, S]
+        V = (pi * Q).sum(axis=1)
+    return float(mdp.initial @ V)
