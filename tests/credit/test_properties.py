@@ -108,11 +108,19 @@ def test_only_rubric_readers_take_a_separate_outcome():
 # --- every estimator ---
 
 
-@pytest.mark.parametrize("name", list_estimators())
+# Estimators that cannot run on a bare batch (a rollout driver, a learned critic) are left out of
+# the property tests below; which ones, and why, is itself tested.
+MEASURABLE = [n for n in list_estimators() if skip_reason(n) is None]
+
+
+def test_only_driver_and_critic_estimators_are_left_out():
+    left_out = {n: skip_reason(n) for n in list_estimators() if skip_reason(n) is not None}
+    assert set(left_out) == {"ac2", "psppo", "gae"}
+    assert all("driver" in why or "critic" in why for why in left_out.values()), left_out
+
+
+@pytest.mark.parametrize("name", MEASURABLE)
 def test_every_estimator_is_unbiased_in_variant_a_or_says_why(name):
-    why = skip_reason(name)
-    if why is not None:
-        pytest.skip(f"{name} {why}")
     cfg = estimator_config(name, undiscounted(name))
     worst = max(map(abs, termination_grid(name, cfg, "A")))
     if name in BIASED:
@@ -137,10 +145,8 @@ def test_identical_groups_get_exactly_zero(name):
     assert identical_group_magnitude(name) == 0.0
 
 
-@pytest.mark.parametrize("name", list_estimators())
+@pytest.mark.parametrize("name", MEASURABLE)
 def test_nonzero_identical_group_credit_is_documented(name):
-    if skip_reason(name) is not None:
-        pytest.skip(f"{name} {skip_reason(name)}")
     if identical_group_magnitude(name) != 0.0:
         assert re.search(r"identical (successful )?rollouts|identical groups", doc(name)), name
 
