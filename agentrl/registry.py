@@ -172,4 +172,8 @@ def make(name: str, **kwargs: Any) -> gym.Env:
     if spec.config_cls is not None:
         # render_mode is gymnasium's own keyword, not part of an environment's config.
         validate_env_kwargs(spec.name, {k: v for k, v in kwargs.items() if k != "render_mode"})
-    return gym.make(spec.env_id, disable_env_checker=True, **kwargs)
+    # The options travel inside the spec, not as gym.make's keyword arguments, where one named
+    # like a parameter of gym.make itself (env=gem's ``id``) would collide with it.
+    gym_spec = gym.spec(spec.env_id)
+    gym_spec = dataclasses.replace(gym_spec, kwargs={**gym_spec.kwargs, **kwargs})
+    return gym.make(gym_spec, disable_env_checker=True)

@@ -22,15 +22,18 @@ WEBSHOP_TEST_CACHE = str(Path(tempfile.gettempdir()) / "agentrl-test-webshop")
 ENV_TEST_KWARGS: dict[str, dict] = {
     "alfworld": {"generated_games": 2, "cache_dir": ALFWORLD_TEST_CACHE, "progress": False},
     "webshop": {"num_products": 200, "eval_goals": 50, "cache_dir": WEBSHOP_TEST_CACHE},
+    "openenv": {"local": "sokoban"},
+    # Sokoban offered to GEM and back (agentrl.interop.gem), with Sokoban's own step limit.
+    "gem": {"id": "agentrl/sokoban", "max_steps": 15},
 }
 
 
 def make_env(name: str, **kwargs):
     """``agentrl.make(name)`` with the small test settings of environments that need them."""
-    if name == "alfworld":
+    if name in ("alfworld", "gem"):
         import pytest
 
-        pytest.importorskip("alfworld", reason="the alfworld extra is not installed")
+        pytest.importorskip(name, reason=f"the {name} extra is not installed")  # its package
     return agentrl.make(name, **{**ENV_TEST_KWARGS.get(name, {}), **kwargs})
 
 

@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "gpu": "agentrl.bench.gpu:run",
     "scale": "agentrl.bench.scale:run",
     "threads": "agentrl.bench.scale:run_threads",
+    "async": "agentrl.bench.async_rollout:run",
 }
 CHECKS: dict[str, str] = {
     "credit": "agentrl.bench.credit:check",

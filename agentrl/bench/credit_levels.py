@@ -89,7 +89,13 @@ class MemoLevel:
         self.root = Spot(obs, info, demo=self._demo())
         self._memo: dict[tuple, tuple[int, StepResult, tuple[str, ...] | None]] = {}
         self._at: Path | bool = None  # the path the live environment is at (False: unknown)
+        # Demonstrations by anchor: a planner run costs milliseconds (WebShop searches), and a
+        # warm start reads one demonstration per (level, anchor) anyway.
+        self._demos: dict[Hashable, tuple[str, ...] | None] = {info.get("anchor"): self.root.demo}
         self.misses = 0
+        self.views: dict[int, Any] = {}
+        """What a player derives from a node's state (its choices), cached by the player: a
+        node's result never changes."""
 
     def reset(self) -> Spot:
         return self.root
@@ -103,7 +109,10 @@ class MemoLevel:
             self.goto(spot)
             result = self.pool.step([(0, action)])[0]
             # The environment is in the new state now: its demonstration costs no replay.
-            hit = (len(self._memo) + 1, result, self._demo())
+            anchor = result[4].get("anchor")
+            demo = self._demos[anchor] if anchor in self._demos else self._demo()
+            self._demos.setdefault(anchor, demo)
+            hit = (len(self._memo) + 1, result, demo)
             self._memo[key] = hit
             self._at = False if self.restore else path
             self.misses += 1
@@ -127,7 +136,9 @@ class MemoLevel:
         reset and a replay of its actions when the environment is elsewhere."""
         if self.restore:
             options = self.restore(self.env.unwrapped, spot.info.get("anchor"))
-            self.pool.reset([(0, self.seed, options)])
+            # No seed: the options give the whole state, and re-seeding the environment's
+            # generator costs more than the step itself.
+            self.pool.reset([(0, None, options)])
             return
         if self._at is spot.path:
             return

@@ -541,20 +541,45 @@ class Environment:
     None: a failed import is an error."""
 
 
+def served(quick: bool, log: Callable[[str], Any] = print) -> tuple[str, Any]:
+    """The OpenEnv boundary (:mod:`agentrl.bench.env_speed_served`); imported here, so that
+    a missing openenv extra keeps the committed section instead of failing the run."""
+    from agentrl.bench.env_speed_served import openenv
+
+    return openenv(quick, log)
+
+
 ENVIRONMENTS: dict[str, Environment] = {
     "Sokoban": Environment(sokoban),
     "ALFWorld": Environment(alfworld, extra="alfworld (the stock engine)"),
     "WebShop": Environment(webshop),
+    "OpenEnv": Environment(served, extra="openenv (openenv-core)"),
 }
 
 
 def run(
-    out_dir: str | os.PathLike = SCRATCH, quick: bool = False, log: Callable[[str], Any] = print
+    out_dir: str | os.PathLike = SCRATCH,
+    quick: bool = False,
+    log: Callable[[str], Any] = print,
+    argv: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Measure every environment of :data:`ENVIRONMENTS`, write its section of
-    ``<out_dir>/env_speed.md`` and return the results by section."""
+    """Measure every environment of :data:`ENVIRONMENTS` (``--section NAME``, repeatable, in
+    ``argv``: only those), write its section of ``<out_dir>/env_speed.md`` and return the
+    results by section."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog=f"{COMMAND} [--quick]")
+    parser.add_argument(
+        "--section",
+        action="append",
+        choices=list(ENVIRONMENTS),
+        help="measure only this section (repeatable); the others are kept",
+    )
+    chosen = parser.parse_args(argv or []).section or list(ENVIRONMENTS)
     results: dict[str, Any] = {}
     for section, env in ENVIRONMENTS.items():
+        if section not in chosen:
+            continue
         try:
             body, results[section] = env.measure(quick, log)
         except ImportError as exc:

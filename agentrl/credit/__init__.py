@@ -12,7 +12,9 @@ measures them on (:mod:`agentrl.credit.synthetic`). The methods themselves live 
 
 Another trainer's episodes get agentrl's credit through :func:`assign` (per-turn records in,
 one advantage per record out; :mod:`agentrl.credit.records`), and Relax's custom-advantage hook
-through :mod:`agentrl.credit.relax`.
+through :mod:`agentrl.credit.relax`. SkyRL's advantage-estimator registry gets them through
+:mod:`agentrl.credit.skyrl_adapter` (imported only on request: it needs ``skyrl``), verl's
+advantage step through :mod:`agentrl.credit.verl_adapter` (the same: it needs ``verl``).
 """
 
 from __future__ import annotations

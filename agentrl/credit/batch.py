@@ -76,6 +76,10 @@ class Step:
     rubric_reward: float | None = None
     """The step's rubric reward (``info["rubric_reward"]`` after the rollout's checks), or None
     when the environment reports none. Not part of ``reward``."""
+    policy_version: int | None = None
+    """Version of the weights that sampled the response (the number of learner updates they
+    had seen), set by the asynchronous producer (``rollout.max_staleness``); None when not
+    recorded (synchronous rollouts: the iteration's own weights)."""
 
 
 @dataclass
@@ -414,7 +418,12 @@ class StepBatch:
                     cols["valid"].append(s.valid)
                     cols["term"].append(s.terminated)
                     cols["trunc"].append(s.truncated)
-                    cols["nll"].append(-float(np.mean(s.logprobs)) if s.logprobs else np.nan)
+                    lp = s.logprobs
+                    # np.mean's call overhead dominates for one-value lists (cheap policies);
+                    # the mean of one value is that value exactly.
+                    cols["nll"].append(
+                        -float(lp[0]) if len(lp) == 1 else -float(np.mean(lp)) if lp else np.nan
+                    )
                     prompts.append(s.prompt_text)
                     responses.append(s.response_text)
                     costs.append(s.costs)

@@ -10,8 +10,10 @@ the loss's own frozen config dataclass, built from ``learner.loss_args``. Regist
 
 and select with ``learner.loss=cispo learner.loss_args={eps_high: 0.28}``. ``ppo`` (the clipped
 surrogate of docs/methods.md#ppo, configured by the ``learner.clip_*``/``ratio_level`` fields) is
-registered here and is the default; the other losses live in ``agentrl.algos`` and are found the
-way estimators are: the first lookup of an unknown name imports the plugin group
+registered here and is the default; so is ``decoupled_ppo`` (AReaL's decoupled PPO, the loss for
+asynchronous training with ``rollout.max_staleness``: clipped against the proximal policy,
+reweighted from the stale behaviour policy). The other losses live in ``agentrl.algos`` and are
+found the way estimators are: the first lookup of an unknown name imports the plugin group
 ``agentrl.algos`` (the bundled methods, then the entry points of that group), so a third-party
 package registers a loss by naming its module in ``[project.entry-points."agentrl.algos"]``.
 
@@ -52,6 +54,7 @@ from agentrl.registry import same_definition, where
 
 __all__ = [
     "Aggregator",
+    "DecoupledPPOConfig",
     "LossInputs",
     "LossSpec",
     "NoLossConfig",
@@ -383,3 +386,90 @@ def ppo_loss(inp: LossInputs, cfg: NoLossConfig) -> tuple[torch.Tensor, dict[str
 
 
 register_policy_loss("ppo", metrics=("clipfrac",))(ppo_loss)
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoupled PPO (AReaL, Fu et al. 2025): the off-policy loss for asynchronous training.
+
+PROX_KEY = "prox_logp"
+"""``sample.extra`` key of the proximal policy's log-probs (written by :func:`prepare_prox`)."""
+
+
+@dataclass(frozen=True)
+class DecoupledPPOConfig:
+    """Options of ``learner.loss=decoupled_ppo`` (``learner.loss_args``)."""
+
+    imp_weight_cap: float | None = None
+    """Tokens whose behaviour→proximal weight π_prox/μ exceeds this are left out of the loss
+    (AReaL's ``behav_imp_weight_cap``); None keeps every token."""
+
+    def __post_init__(self) -> None:
+        cap = self.imp_weight_cap
+        if cap is not None and not (isinstance(cap, int | float) and cap > 1):
+            raise ConfigError(
+                f"learner.loss_args.imp_weight_cap={cap!r} is invalid; expected a number > 1 "
+                "(the largest π_prox/μ weight kept) or null (keep every token)"
+            )
+
+
+def prepare_prox(ctx: PrepareContext, samples: Sequence[Any], cfg: DecoupledPPOConfig):
+    """The proximal policy: log-probs of every sampled token under the learner's weights at the
+    start of the update (before its first optimiser step), into ``sample.extra["prox_logp"]``."""
+
+    def token_logp(logits: torch.Tensor, t: dict, ref: Any) -> torch.Tensor:
+        # logits arrive scaled by the temperature: the sampler's distribution.
+        return torch.log_softmax(logits.float(), dim=-1).gather(-1, t["targets"].unsqueeze(-1))[
+            ..., 0
+        ]
+
+    for s, lp in zip(samples, ctx.map_tokens(samples, token_logp)):
+        s.extra[PROX_KEY] = lp.astype(np.float32)
+    return {}
+
+
+def decoupled_ppo(inp: LossInputs, cfg: DecoupledPPOConfig) -> tuple[torch.Tensor, dict[str, Any]]:
+    """Decoupled PPO: clip against the proximal policy, reweight from the behaviour policy.
+
+    Three policies per token: μ, the behaviour policy that sampled it (``inp.old_logp``: the
+    sampler's log-probs, possibly several versions old under ``rollout.max_staleness``);
+    π_prox, the proximal policy (the learner's weights when the update started, recomputed by
+    :func:`prepare_prox`); π_θ, the policy being optimised. With r = π_θ/π_prox (token- or
+    step-level, ``learner.ratio_level``) and w = sg(π_prox/μ),
+
+        L_t = w · max(−A_t·r_t, −A_t·clip(r_t, 1 − ε_low, 1 + ε_high))   (dual clip for A_t < 0)
+
+    so the trust region is centred on a recent policy while the importance weight corrects for
+    the stale sampler. When μ = π_prox (synchronous, on-policy data) w = 1 and this is ``ppo``
+    with the recomputed log-probs as the old policy. Tokens with w above
+    ``imp_weight_cap`` are dropped from the loss (not from its denominators).
+
+    Inputs (S, R): ``logp``, ``old_logp`` (behaviour), ``extra["prox_logp"]``, ``adv``, ``mask``.
+    Metrics: ``clipfrac`` (against π_prox), ``behav_weight`` (mean w), ``behav_capped`` (share of
+    tokens over the cap), ``behav_kl`` (mean log μ/π_prox: how stale the batch is).
+    """
+    if PROX_KEY not in inp.extra:
+        raise ValueError("decoupled_ppo needs the proximal log-probs of its prepare hook")
+    lc = inp.learner
+    prox = inp.extra[PROX_KEY].to(inp.logp.dtype)  # (S, R)
+    ratio = policy_ratio(inp.logp, prox, inp.response_mask, lc.ratio_level)
+    tok, clipped = clipped_surrogate(ratio, inp.adv, lc.clip_low, lc.clip_high, lc.clip_ratio_c)
+    weight = torch.exp(torch.clamp(prox - inp.old_logp, -20.0, 20.0)).detach()  # (S, R)
+    capped = torch.zeros_like(weight, dtype=torch.bool)
+    if cfg.imp_weight_cap is not None:
+        capped = weight > cfg.imp_weight_cap
+        weight = torch.where(capped, torch.zeros_like(weight), weight)
+    metrics = {
+        "clipfrac": inp.agg.frac(clipped),
+        "behav_weight": inp.agg.mean(weight),
+        "behav_capped": inp.agg.frac(capped),
+        "behav_kl": inp.agg.mean((inp.old_logp - prox).detach()),
+    }
+    return inp.agg(weight * tok), metrics
+
+
+register_policy_loss(
+    "decoupled_ppo",
+    config=DecoupledPPOConfig,
+    metrics=("clipfrac", "behav_weight", "behav_capped", "behav_kl"),
+    prepare=prepare_prox,
+)(decoupled_ppo)

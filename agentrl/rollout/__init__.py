@@ -6,7 +6,9 @@ backends.
 ``hf``; :mod:`~agentrl.rollout.vllm_backend`: ``vllm``), projects each response onto an action
 and steps the environments in a pool (:mod:`~agentrl.rollout.env_pool`, inline or in worker
 processes). Its output, a list of :class:`~agentrl.credit.TrajectoryGroup`, is what credit
-assignment reads. :mod:`~agentrl.rollout.sampler` is the trainer's Sampler stage around it
+assignment reads. ``rollout.mode=continuous`` (:mod:`~agentrl.rollout.continuous`) drops the
+turn barrier: each episode advances on its own, env steps overlapping generation.
+:mod:`~agentrl.rollout.sampler` is the trainer's Sampler stage around it
 (plain collection, DAPO's dynamic sampling, a method's own rollout driver).
 """
 

@@ -40,7 +40,11 @@ class Generation:
 
 
 class Backend(Protocol):
-    """What a rollout backend provides."""
+    """What a rollout backend provides.
+
+    A backend may also take ``seeds=`` (one int per prompt) in ``generate``: each response is
+    then sampled from its own random stream, whatever else is in the call (continuous rollout
+    relies on it, :func:`accepts_seeds`)."""
 
     def generate(self, prompts: Sequence[list[int]], sampling: Sampling) -> list[Generation]: ...
 
@@ -67,13 +71,28 @@ class HFBackend:
         """Nothing to free: generation shares the training model's memory."""
 
     @torch.no_grad()
-    def generate(self, prompts: Sequence[list[int]], sampling: Sampling) -> list[Generation]:
+    def generate(
+        self,
+        prompts: Sequence[list[int]],
+        sampling: Sampling,
+        seeds: Sequence[int] | None = None,
+    ) -> list[Generation]:
+        """Responses to ``prompts``. ``seeds`` (one per prompt): prompt ``i`` is sampled with
+        a generator seeded with ``seeds[i]`` alone (Gumbel-max: the argmax of the warped
+        logits plus Gumbel noise, an exact draw from the same distribution as HF's sampling),
+        so a response does not depend on the other prompts of the call, their order or the
+        batch split. None: HF's sampling from torch's global generator."""
+        if seeds is not None and len(seeds) != len(prompts):
+            raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
         out: list[Generation] = []
         for i in range(0, len(prompts), self.max_batch_size):
-            out.extend(self._generate(prompts[i : i + self.max_batch_size], sampling))
+            part = None if seeds is None else seeds[i : i + self.max_batch_size]
+            out.extend(self._generate(prompts[i : i + self.max_batch_size], sampling, part))
         return out
 
-    def _generate(self, prompts: Sequence[list[int]], sampling: Sampling) -> list[Generation]:
+    def _generate(
+        self, prompts: Sequence[list[int]], sampling: Sampling, seeds: Sequence[int] | None
+    ) -> list[Generation]:
         from transformers import GenerationConfig
 
         tok = self.tokenizer
@@ -87,13 +106,17 @@ class HFBackend:
             input_ids[r, width - len(p) :] = torch.tensor(p, dtype=torch.long)
             attention[r, width - len(p) :] = 1
         greedy = sampling.temperature == 0
+        # Per-prompt streams: HF's own warpers, then the noise, then greedy decoding picks.
+        seeded = seeds is not None and not greedy
+        processors = seeded_sampling(sampling, seeds, device) if seeded else None
+        hf_sample = not greedy and not seeded
         gen_cfg = GenerationConfig(
             max_new_tokens=sampling.max_new_tokens,
-            do_sample=not greedy,
-            temperature=None if greedy else sampling.temperature,
+            do_sample=hf_sample,
+            temperature=sampling.temperature if hf_sample else None,
             # Explicit values: transformers fills None with its defaults (top_k=50).
-            top_p=None if greedy else sampling.top_p,
-            top_k=None if greedy else sampling.top_k,
+            top_p=sampling.top_p if hf_sample else None,
+            top_k=sampling.top_k if hf_sample else None,
             pad_token_id=pad,
             eos_token_id=eos,
             # A sampled pad would be indistinguishable from padding after the end.
@@ -108,6 +131,7 @@ class HFBackend:
             input_ids=input_ids.to(device),
             attention_mask=attention.to(device),
             generation_config=gen_cfg,
+            logits_processor=processors,
             tokenizer=tok if sampling.stop_strings else None,
         )
         if was_training:
@@ -131,6 +155,55 @@ class HFBackend:
                 )
             )
         return gens
+
+
+def accepts_seeds(backend) -> bool:
+    """Whether ``backend.generate`` takes per-prompt ``seeds=`` (see :class:`Backend`)."""
+    import inspect
+
+    try:
+        return "seeds" in inspect.signature(backend.generate).parameters
+    except (TypeError, ValueError):  # not introspectable: assume the plain contract
+        return False
+
+
+class GumbelNoise:
+    """A logits processor adding Gumbel noise from one generator per row: the argmax of
+    ``scores + noise`` is a draw from ``softmax(scores)`` (the Gumbel-max trick), and row ``r``
+    draws only from its own generator, so its tokens depend on its seed and its own scores."""
+
+    def __init__(self, seeds: Sequence[int], device):
+        self.generators = [torch.Generator(device=device).manual_seed(int(s)) for s in seeds]
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        vocab = scores.shape[-1]
+        u = torch.stack(  # (B, V) uniforms in [0, 1), one row per generator
+            [torch.rand(vocab, generator=g, device=scores.device) for g in self.generators]
+        )
+        # u = 0 gives -inf (never chosen); u < 1 keeps -log(u) > 0, so the noise is finite.
+        return scores.float() - torch.log(-torch.log(u))
+
+
+def seeded_sampling(sampling: Sampling, seeds: Sequence[int], device):
+    """The logits processors of HF's sampling (temperature, then top-k, then top-p, as
+    ``generate`` orders them) followed by :class:`GumbelNoise`: with greedy decoding, a draw
+    per row from that row's generator."""
+    from transformers import (
+        LogitsProcessorList,
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
+
+    out = LogitsProcessorList()
+    if sampling.temperature != 1.0:
+        out.append(TemperatureLogitsWarper(sampling.temperature))
+    if sampling.top_k:
+        out.append(TopKLogitsWarper(sampling.top_k))
+    if sampling.top_p < 1.0:
+        out.append(TopPLogitsWarper(sampling.top_p))
+    out.append(GumbelNoise(seeds, device))
+    return out
 
 
 def _response_length(row: list[int], pad: int, eos: int) -> int:

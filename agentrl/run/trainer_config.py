@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from agentrl.configuration import check
+from agentrl.run.loggers import check_loggers
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,17 @@ class TrainerConfig:
     fails (a hung or dead rank then stops every rank instead of hanging them)."""
     progress: bool = True
     """Show a progress bar."""
+    loggers: tuple[str, ...] = ("tensorboard", "jsonl")
+    """Where scalars go (:mod:`agentrl.run.loggers`): ``tensorboard``, ``jsonl`` (what the run
+    summary and ``python -m agentrl.report`` read), ``wandb``, ``mlflow`` (extras)."""
+    rollouts_every: int = -1
+    """Write the iteration's episodes as per-turn records to ``rollouts/iter-NNNNNN.jsonl.gz``
+    every N iterations and at the end (-1 = at each evaluation; 0 = never); evaluation
+    episodes go to ``rollouts/eval-NNNNNN.jsonl.gz`` whenever records are on
+    (:mod:`agentrl.credit.rollout_records`)."""
+    rollouts_max_chars: int = 2000
+    """Size bound of a record's texts: longer ones keep their first and last half around a
+    ``…[N characters cut]…`` marker."""
 
     def __post_init__(self) -> None:
         check(self.steps >= 0, "trainer.steps", self.steps, ">= 0")
@@ -66,3 +78,11 @@ class TrainerConfig:
         )
         check(self.num_threads >= 0, "trainer.num_threads", self.num_threads, ">= 0")
         check(self.dist_timeout_s > 0, "trainer.dist_timeout_s", self.dist_timeout_s, "> 0")
+        check(self.rollouts_every >= -1, "trainer.rollouts_every", self.rollouts_every, ">= -1")
+        check(
+            self.rollouts_max_chars >= 0,
+            "trainer.rollouts_max_chars",
+            self.rollouts_max_chars,
+            ">= 0",
+        )
+        check_loggers(self.loggers)
