@@ -114,6 +114,7 @@ def run_summary(rows: list[dict], out_dir: Path, checkpoint: Path | None) -> str
     lines += [
         f"  run folder      {out_dir}",
         f"  last checkpoint {checkpoint if checkpoint is not None else 'none saved'}",
+        f"  report          python -m agentrl.report {out_dir}",
         f"  view it with    tensorboard --logdir {out_dir / 'tb'}",
     ]
     return "\n".join(["", "agentrl: run finished", *lines])

@@ -13,12 +13,11 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
-from helpers import GARBAGE, check_info, make_env
+from helpers import GARBAGE, check_info, make_env, product_envs
 
-import agentrl
 from agentrl.env_api import INFO_KEYS, STEP_INFO_KEYS, ResetNeeded, TextEnv
 
-ENV_NAMES = agentrl.list_envs()
+ENV_NAMES = product_envs()  # the registry without the fixtures of benchmarks and tests
 
 
 def _policy_action(info: dict, rng: np.random.Generator) -> str:

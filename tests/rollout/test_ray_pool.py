@@ -16,15 +16,14 @@ from pathlib import Path
 import crashy_env  # noqa: F401 - registers "crashy"
 import numpy as np
 import pytest
-from helpers import ENV_TEST_KWARGS, GARBAGE, check_info, make_env
+from helpers import ENV_TEST_KWARGS, GARBAGE, check_info, make_env, product_envs
 
-import agentrl
 from agentrl.configuration import ConfigError
 from agentrl.env_api import INFO_KEYS, STEP_INFO_KEYS
 from agentrl.rollout.env_pool import InlinePool, PoolConfig
 from agentrl.rollout.pools import make_pool
 
-ENV_NAMES = agentrl.list_envs()
+ENV_NAMES = product_envs()  # the registry without the fixtures of benchmarks and tests
 
 
 def _ray_or_skip():

@@ -298,8 +298,13 @@ def test_quiet_vllm_drops_only_the_expected_messages():
     logger = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
     seed_logger = logging.getLogger("vllm.engine.arg_utils")
     handler = Keep(logging.WARNING)
+    # Another library's logging set-up earlier in the session (a dictConfig that disables the
+    # loggers existing then, or a raised level) must not silence what this test listens to.
+    saved = [(lg.disabled, lg.level) for lg in (logger, seed_logger)]
     for lg in (logger, seed_logger):
         lg.addHandler(handler)
+        lg.disabled = False
+        lg.setLevel(logging.WARNING)
     try:
         with quiet_vllm():
             for layer in ("RotaryEmbedding", "Llama3RotaryEmbedding", "QKVParallelLinear"):
@@ -308,8 +313,10 @@ def test_quiet_vllm_drops_only_the_expected_messages():
             seed_logger.warning("something else")
         logger.warning("%s: Failed to load weights", "RotaryEmbedding")
     finally:
-        for lg in (logger, seed_logger):
+        for lg, (disabled, level) in zip((logger, seed_logger), saved):
             lg.removeHandler(handler)
+            lg.disabled = disabled
+            lg.setLevel(level)
     assert seen == [
         "QKVParallelLinear: Failed to load weights",
         "something else",

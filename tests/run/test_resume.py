@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import os
 import signal
 import subprocess
@@ -26,6 +27,7 @@ ARGS = [
     "rollout.max_new_tokens=3",  # short answers: some moves are valid, so returns differ
     "env.max_steps=5",
     "model.tokenizer_episodes=4",
+    "trainer.rollouts_every=1",  # rollout records every iteration: resume must keep them exact
 ]
 
 
@@ -50,6 +52,11 @@ def _metrics(out: Path) -> dict[int, dict]:
         }
         for r in rows
     }
+
+
+def _records(out: Path) -> dict[str, bytes]:
+    """The run's rollout record files, decompressed (gzip headers carry a write time)."""
+    return {p.name: gzip.decompress(p.read_bytes()) for p in (out / "rollouts").glob("*.gz")}
 
 
 def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path):
@@ -83,6 +90,13 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path):
     assert sorted(b) == [1, 2, 3, 4]
     for it in (3, 4):
         assert a[it] == b[it], f"iteration {it} differs after resume"
+    # Every iteration's records exactly once, equal to the uninterrupted run's: none lost to the
+    # kill, none duplicated by the replay, none half-written.
+    ra, rb = _records(full), _records(killed)
+    assert sorted(ra) == [f"iter-{i:06d}.jsonl.gz" for i in range(1, 5)]
+    assert sorted(rb) == sorted(ra)
+    assert all(ra[k] == rb[k] for k in ra), "rollout records differ after resume"
+    assert not [p for p in (killed / "rollouts").iterdir() if not p.name.endswith(".gz")]
     wa = load_file(full / "checkpoints" / "iter-000004" / "model.safetensors")
     wb = load_file(killed / "checkpoints" / "iter-000004" / "model.safetensors")
     assert wa.keys() == wb.keys()

@@ -115,6 +115,7 @@ def test_summary_is_printed_by_the_main_rank_only(tmp_path, capsys):
     assert "train success   0.500  (iteration 2)" in text
     assert "eval success    0.375  (iteration 2; untrained, iteration 0: 0.125)" in text
     assert f"last checkpoint {ckpt}" in text and f"tensorboard --logdir {tmp_path}/tb" in text
+    assert f"report          python -m agentrl.report {tmp_path}" in text
     # An evaluation-only run (trainer.steps=0): its one evaluation, no checkpoint.
     text = run_summary(rows[:1], tmp_path, None)
     assert "eval success    0.125  (iteration 0)" in text and "train success" not in text
