@@ -72,8 +72,10 @@ from __future__ import annotations
 
 import difflib
 import itertools
+import json
 import math
 import numbers
+import os
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -234,6 +236,39 @@ def assign(
     adv = np.empty(len(turns), dtype=np.float64)
     adv[np.asarray(order, dtype=np.int64)] = credited.advantages.step
     return Assigned(adv, dict(credited.metrics), stage.state if spec.stateful else None)
+
+
+def standalone_methods() -> list[str]:
+    """Registered estimators that per-turn records alone can feed: no learned critic, no rollout
+    driver of their own, no rescoring with the policy model (what the trainer adapters
+    register)."""
+    from agentrl.credit.estimators import list_estimators
+
+    out = []
+    for name in list_estimators():
+        spec = get_estimator(name)
+        if not (spec.critic or spec.driver or spec.needs_scorer):
+            out.append(name)
+    return out
+
+
+def options_from_environment(var: str) -> dict[str, Any]:
+    """Estimator options from the JSON object in environment variable ``var`` (unset or empty:
+    none), for hooks that another trainer calls without arguments.
+
+    Raises:
+        ConfigError: the value is not JSON, or not an object.
+    """
+    from agentrl.configuration import ConfigError
+
+    raw = os.environ.get(var, "") or "{}"
+    try:
+        options = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{var}={raw!r} is not JSON: {exc}") from None
+    if not isinstance(options, dict):
+        raise ConfigError(f"{var}={raw!r} must be a JSON object of options")
+    return options
 
 
 def records_config(method: str, config: Mapping[str, Any], scorer: Scorer | None = None) -> Any:

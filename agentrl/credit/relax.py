@@ -50,7 +50,6 @@ and run Relax with ``--agentic-custom-advantage-path my_module.advantage``. The 
 
 from __future__ import annotations
 
-import json
 import math
 import numbers
 import os
@@ -61,7 +60,13 @@ from typing import Any
 
 from agentrl.configuration import ConfigError
 from agentrl.credit.estimators import Scorer, get_estimator
-from agentrl.credit.records import OPTIONAL_FIELDS, RecordError, assign, records_config
+from agentrl.credit.records import (
+    OPTIONAL_FIELDS,
+    RecordError,
+    assign,
+    options_from_environment,
+    records_config,
+)
 
 RELAX_REQUIRED = (
     "row_id",
@@ -378,12 +383,6 @@ def relax_advantage(
     """
     global _DEFAULT
     if _DEFAULT is None:
-        raw = os.environ.get(CONFIG_ENV, "") or "{}"
-        try:
-            options = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{CONFIG_ENV}={raw!r} is not JSON: {exc}") from None
-        if not isinstance(options, dict):
-            raise ConfigError(f"{CONFIG_ENV}={raw!r} must be a JSON object of options")
+        options = options_from_environment(CONFIG_ENV)
         _DEFAULT = make_relax_advantage(os.environ.get(ALGO_ENV) or "graphgpo", **options)
     return _DEFAULT(metadata_by_slot)

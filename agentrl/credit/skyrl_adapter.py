@@ -69,10 +69,8 @@ that failed), or raises with ``unlogged="error"``. A stateful estimator's state 
 
 from __future__ import annotations
 
-import json
 import math
 import numbers
-import os
 import sys
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -85,8 +83,14 @@ from skyrl.backends.skyrl_train.utils.ppo_utils import AdvantageEstimatorRegistr
 from skyrl.train.trainer import RayPPOTrainer
 
 from agentrl.configuration import ConfigError
-from agentrl.credit.estimators import get_estimator, list_estimators
-from agentrl.credit.records import RecordError, assign, records_config
+from agentrl.credit.estimators import get_estimator
+from agentrl.credit.records import (
+    RecordError,
+    assign,
+    options_from_environment,
+    records_config,
+    standalone_methods,
+)
 
 PREFIX = "agentrl_"
 """SkyRL names agentrl's estimator ``m`` as ``agentrl_m``."""
@@ -112,12 +116,7 @@ def agentrl_method(name: str) -> str | None:
 def usable_methods() -> list[str]:
     """agentrl estimators SkyRL's rows can feed: no learned critic, no rollout driver of their
     own, no rescoring with the policy model."""
-    out = []
-    for name in list_estimators():
-        spec = get_estimator(name)
-        if not (spec.critic or spec.driver or spec.needs_scorer):
-            out.append(name)
-    return out
+    return standalone_methods()
 
 
 # ------------------------------------------------------------------------------ records
@@ -605,14 +604,7 @@ class AgentrlTrainer(AgentrlCreditMixin, RayPPOTrainer):
 
 
 def _options_from_environment() -> dict[str, Any]:
-    raw = os.environ.get(CONFIG_ENV, "") or "{}"
-    try:
-        options = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{CONFIG_ENV}={raw!r} is not JSON: {exc}") from None
-    if not isinstance(options, dict):
-        raise ConfigError(f"{CONFIG_ENV}={raw!r} must be a JSON object of options")
-    return options
+    return options_from_environment(CONFIG_ENV)
 
 
 def run_experiment(cfg: Any) -> None:

@@ -93,7 +93,7 @@ from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.ray_trainer import compute_advantage as verl_compute_advantage
 
 from agentrl.configuration import ConfigError
-from agentrl.credit.estimators import Scorer, get_estimator, list_estimators
+from agentrl.credit.estimators import Scorer, get_estimator
 from agentrl.credit.records import (
     OPTIONAL_FIELDS,
     REQUIRED_FIELDS,
@@ -101,6 +101,7 @@ from agentrl.credit.records import (
     RecordError,
     assign,
     records_config,
+    standalone_methods,
 )
 
 PREFIX = "agentrl_"
@@ -442,12 +443,7 @@ def _registry_estimator(name: str) -> Callable[..., tuple[torch.Tensor, torch.Te
 
 def registrable_methods() -> list[str]:
     """agentrl estimators that per-turn fields alone can feed (the ones registered in verl)."""
-    out = []
-    for name in list_estimators():
-        spec = get_estimator(name)
-        if not (spec.needs_scorer or spec.critic or spec.driver):
-            out.append(name)
-    return out
+    return standalone_methods()
 
 
 _REGISTERED: dict[str, Callable[..., Any]] = {}
