@@ -49,7 +49,6 @@ for runs that never use it. Installing GEM: see :mod:`agentrl.interop.gem`.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import random
 from collections.abc import Hashable, Iterator
@@ -60,6 +59,7 @@ import numpy as np
 
 from agentrl.configuration import ConfigError, check, closest, from_mapping
 from agentrl.env_api import COSTS_KEY, TextEnv, Transition
+from agentrl.interop.anchors import text_anchor
 from agentrl.registry import register_env
 
 INSTALL = (
@@ -125,11 +125,6 @@ def import_gem() -> Any:
                 root.removeHandler(handler)
         root.setLevel(level)
     return gem
-
-
-def text_anchor(text: str) -> str:
-    """A stable key of an observation text (a digest, the same in every process)."""
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
 
 
 class GemEnv(TextEnv):

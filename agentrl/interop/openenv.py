@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -51,6 +50,7 @@ from typing import Any
 
 from agentrl.configuration import ConfigError, check, from_mapping
 from agentrl.env_api import COSTS_KEY, TextEnv
+from agentrl.interop.anchors import hashable, text_anchor
 from agentrl.registry import register_env
 from agentrl.rollout.env_pool import lost_episode
 
@@ -123,20 +123,6 @@ class OpenEnvConfig:
                 f"served in this process, e.g. env.local=sokoban); got base_url="
                 f"{self.base_url!r}, local={self.local!r}"
             )
-
-
-def hashable(value: Any) -> Hashable:
-    """A JSON value as a hashable key: lists become tuples, dicts sorted item tuples."""
-    if isinstance(value, list | tuple):
-        return tuple(hashable(v) for v in value)
-    if isinstance(value, dict):
-        return tuple(sorted((str(k), hashable(v)) for k, v in value.items()))
-    return value
-
-
-def text_anchor(text: str) -> str:
-    """The anchor of an observation without a state key: a hash of its text."""
-    return "obs:" + hashlib.blake2b(text.encode("utf-8", "replace"), digest_size=16).hexdigest()
 
 
 # -- transport -------------------------------------------------------------------------------
