@@ -360,7 +360,58 @@ def staleness_section(rows: list[dict], iters: int, reps: int, head: str, seed: 
     )
 
 
-SECTIONS = {**{name: name for name in WORKLOADS}, "staleness": STALENESS}
+CURVES = "learning with bounded staleness"
+"""The heading of the learning-curve section (``--section curves``)."""
+CURVES_SEEDS = (0, 1, 2, 3, 4)
+"""Seeds of every k in the learning-curve section."""
+
+
+def curves_section(head: str, quick: bool, cache: Path | None) -> str:
+    """The ``## learning with bounded staleness`` section: the default training job
+    (:data:`~agentrl.bench.async_staleness.CURVES_JOB`) for every k of :data:`STALENESS_KS` and
+    seed of :data:`CURVES_SEEDS`; per k the training success and return over the last 5
+    iterations (95% t-intervals over seeds), the mean success curve, and whether the intervals
+    of every pair of k overlap."""
+    from agentrl.bench.async_staleness import CURVES_JOB, curves_overlap, learning_curves
+    from agentrl.bench.stats import interval_cell
+
+    ks, seeds, iters = ((0, 1), (0, 1), 2) if quick else (STALENESS_KS, CURVES_SEEDS, None)
+    last = 1 if quick else 5
+    runs = {
+        m: learning_curves(ks, seeds, iters, last, CURVES_JOB, m, cache)
+        for m in ("env/success", "env/return")
+    }
+    success, ret = runs["env/success"], runs["env/return"]
+    n_iter = min(len(c) for v in success.values() for c in v["curves"])
+    marks = sorted({1, *range(5, n_iter + 1, 5), n_iter})
+    rows = []
+    for k in ks:
+        mean_curve = np.mean([c[:n_iter] for c in success[k]["curves"]], axis=0)
+        rows.append(
+            f"| {k} | {interval_cell(success[k]['finals'])} | {interval_cell(ret[k]['finals'])} | "
+            + " | ".join(f"{mean_curve[i - 1]:.2f}" for i in marks)
+            + " |"
+        )
+    overlap = {m: curves_overlap(r) for m, r in (("success", success), ("return", ret))}
+    verdict = "; ".join(
+        f"{m}: {'overlap' if ok else 'do not all overlap'}" for m, ok in overlap.items()
+    )
+    return render(
+        "async",
+        "curves",
+        head=head,
+        job=" ".join(f"`{a}`" for a in CURVES_JOB),
+        ks=", ".join(map(str, ks)),
+        seeds=len(seeds),
+        last=last,
+        verdict=verdict,
+        marks=" | ".join(f"it {i}" for i in marks),
+        align="---:|" * len(marks),
+        rows="\n".join(rows),
+    )
+
+
+SECTIONS = {**{name: name for name in WORKLOADS}, "staleness": STALENESS, "curves": CURVES}
 """``--section`` names and the headings of their sections, in the report's order."""
 
 
@@ -416,6 +467,11 @@ def run(out_dir: str = SCRATCH, quick: bool = False, argv: list[str] | None = No
         help="measure only this section (repeatable); the others are kept",
     )
     parser.add_argument("--only", help="workloads, comma-separated (the same as --section)")
+    parser.add_argument(
+        "--curves-cache",
+        type=Path,
+        help="keep each learning-curve run's metrics in this folder and reuse them (resume)",
+    )
     args = parser.parse_args(argv or [])
     chosen = list(args.section or [])
     for name in (args.only or "").split(",") if args.only else []:
@@ -459,6 +515,18 @@ def run(out_dir: str = SCRATCH, quick: bool = False, argv: list[str] | None = No
             extra=f"{start}; section wall time {wall / 60:.1f} min.",
         )
         measured[STALENESS] = staleness_section(rows, iters, reps, h)
+    if "curves" in chosen:
+        t0 = time.perf_counter()
+        body = curves_section("@@head@@", quick, args.curves_cache)
+        wall = time.perf_counter() - t0
+        h = header(
+            ("agentrl", *PACKAGES),
+            command,
+            quick,
+            note,
+            extra=f"{start}; section wall time {wall / 60:.1f} min.",
+        )
+        measured[CURVES] = body.replace("@@head@@", h, 1)
     measured = {split_sections(t)[1][0][0]: t for t in measured.values()}
     path = Path(out_dir) / "async.md"
     return merge_report(path, measured, header(PACKAGES, COMMAND, quick, note), partial)

@@ -109,36 +109,56 @@ def _episodes_per_iter(job: Sequence[str]) -> int:
     return rc.n_tasks * rc.group_size
 
 
+CURVES_JOB = ("trainer.eval_every=0", "trainer.progress=false", "trainer.save_every=0")
+"""The default training job (``python -m agentrl.run``: 20 iterations of 8 tasks × 8 rollouts on
+6×6 Sokoban), without its held-out evaluations (they do not change training) or checkpoints."""
+
+
 def learning_curves(
     ks: Sequence[int] = (0, 1, 2),
     seeds: Sequence[int] = (0, 1, 2, 3, 4),
-    iters: int = 20,
+    iters: int | None = 20,
     last: int = 5,
     job: Sequence[str] = DEFAULT_JOB,
     metric: str = "env/return",
+    cache: Path | None = None,
 ) -> dict[int, dict]:
     """For each k: the per-seed curves of ``metric`` and the mean over the ``last`` iterations
-    of each seed (the run's final level), with its 95% t-interval over seeds."""
+    of each seed (the run's final level), with its 95% t-interval over seeds.
+
+    ``iters`` None keeps the job's own ``trainer.steps``. With ``cache`` (a folder) each run's
+    metric rows are kept there as ``k<k>-s<seed>.json`` and a run already there is not run
+    again, so an interrupted measurement resumes where it stopped."""
     out: dict[int, dict] = {}
     with tempfile.TemporaryDirectory(prefix="agentrl-async-curves-") as tmp:
         for k in ks:
             curves, finals = [], []
             for seed in seeds:
-                rows = train_rows(
-                    [
-                        *job,
-                        f"trainer.steps={iters}",
-                        f"trainer.seed={seed}",
-                        f"rollout.max_staleness={k}",
-                    ],
-                    Path(tmp) / f"k{k}-s{seed}",
-                )
+                rows = _cached_run(job, iters, seed, k, Path(tmp), cache)
                 curve = [r[metric] for r in rows if "iteration" in r and metric in r]
                 curves.append(curve)
                 finals.append(float(np.mean(curve[-last:])))
             mean, lo, hi = t_interval(finals)
             out[k] = {"curves": curves, "finals": finals, "mean": mean, "lo": lo, "hi": hi}
     return out
+
+
+def _cached_run(
+    job: Sequence[str], iters: int | None, seed: int, k: int, tmp: Path, cache: Path | None
+) -> list[dict]:
+    """The metric rows of one run of ``job`` (read from ``cache`` when it holds them)."""
+    name = f"k{k}-s{seed}"
+    stored = Path(cache) / f"{name}.json" if cache is not None else None
+    if stored is not None and stored.is_file():
+        return json.loads(stored.read_text())
+    steps = [] if iters is None else [f"trainer.steps={iters}"]
+    rows = train_rows(
+        [*job, *steps, f"trainer.seed={seed}", f"rollout.max_staleness={k}"], tmp / name
+    )
+    if stored is not None:
+        stored.parent.mkdir(parents=True, exist_ok=True)
+        stored.write_text(json.dumps(rows))
+    return rows
 
 
 def curves_overlap(result: dict[int, dict]) -> bool:

@@ -37,6 +37,9 @@ class Generation:
     token_ids: list[int]
     logprobs: list[float]
     text: str
+    policy_version: int | None = None
+    """The weights that generated it (updates they had seen), where the engine tracks that
+    (the asynchronous producer's engine); None: the caller's current weights."""
 
 
 class Backend(Protocol):

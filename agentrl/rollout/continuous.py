@@ -278,6 +278,7 @@ class ContinuousRollout:
             response_text=gen.text,
             response_ids=gen.token_ids,
             logprobs=gen.logprobs,
+            policy_version=gen.policy_version,
         )
         ep.traj.steps.append(step)
         ep.history.append((ep.obs, action if ok else gen.text.strip()[:80]))

@@ -110,8 +110,10 @@ class RolloutConfig:
     batch of iteration i only once the learner holds version i − k, so every trained step was
     sampled at most k updates earlier and none is discarded for staleness."""
     partial: bool = False
-    """Partial rollouts (episodes unfinished when a batch closes continue with the next
-    weights): not supported yet; must stay false."""
+    """Partial rollouts, with ``max_staleness`` >= 1: the producer loads newly published weights
+    between generation calls too, not only between batches, so an episode running when the
+    learner finishes an update continues with the new weights; each step records the version
+    that generated it (:mod:`agentrl.rollout.producer`)."""
 
     def pool_config(self) -> PoolConfig:
         return PoolConfig(
@@ -162,12 +164,13 @@ class RolloutConfig:
             "returns, so every group would be dropped)",
         )
         check(self.max_staleness >= 0, "rollout.max_staleness", self.max_staleness, ">= 0")
-        if self.partial:
-            raise ConfigError(
-                "rollout.partial=true is not supported yet: the producer of "
-                "rollout.max_staleness plays whole batches, so an episode never spans two "
-                "weight versions. Remove rollout.partial (or set it to false)."
-            )
+        check(
+            not self.partial or self.max_staleness >= 1,
+            "rollout.partial",
+            self.partial,
+            "false unless rollout.max_staleness >= 1 (a synchronous run trains each batch "
+            "before the weights change, so no episode is ever unfinished at an update)",
+        )
         check(
             self.env_step_timeout_s > 0,
             "rollout.env_step_timeout_s",
@@ -255,6 +258,7 @@ def record_step(
     response_text: str = "",
     response_ids: Sequence[int] = (),
     logprobs: Sequence[float] = (),
+    policy_version: int | None = None,
 ) -> Step:
     """An environment step as the :class:`~agentrl.credit.batch.Step` credit assignment reads.
 
@@ -268,6 +272,8 @@ def record_step(
         invalid_penalty: subtracted from the reward of an invalid step.
         prompt_text, prompt_ids, response_text, response_ids, logprobs: what the policy saw
             and said (a policy without tokens, e.g. a table, leaves the ids empty).
+        policy_version: the weights that generated the response (``Generation.policy_version``;
+            None: left for the caller to set).
 
     A step lost to a crashed environment worker (``info["worker_error"]``) is truncated and
     flagged, without the penalty: not the policy's fault, and the flag keeps the episode out of
@@ -296,6 +302,7 @@ def record_step(
         lost=lost,
         costs=step_costs(info),
         rubric_reward=step_rubric(info),
+        policy_version=policy_version,
     )
 
 
@@ -382,6 +389,7 @@ def collect(
                 response_text=gen.text,
                 response_ids=gen.token_ids,
                 logprobs=gen.logprobs,
+                policy_version=gen.policy_version,
             )
             trajs[j].steps.append(step)
             history[j].append((obs[j], action if ok else gen.text.strip()[:80]))

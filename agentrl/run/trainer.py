@@ -176,7 +176,14 @@ class Trainer:
         if rc.max_staleness:  # a producer thread plays ahead (agentrl/rollout/producer.py)
             seed = (tc.seed, dist.rank)
             self.sampler = AsyncSampler(
-                self.sampler, self.policy, self.task_rng, rc.max_staleness, tc.steps, seed, dist
+                self.sampler,
+                self.policy,
+                self.task_rng,
+                rc.max_staleness,
+                tc.steps,
+                seed,
+                dist,
+                partial=rc.partial,
             )
             self.backend = self.sampler.backend  # vLLM: shared with the producer under a lock
             if self.evaluator is not None:

@@ -108,3 +108,34 @@ def test_sampled_continuous_with_vllm_does_not_depend_on_timing(engine):
     assert _transcripts(calm) == _transcripts(jittery)
     first = [t.steps[0].response_ids for t in calm[0].trajectories]
     assert len({tuple(r) for r in first}) > 1
+
+
+@pytest.mark.parametrize("mode", ["lockstep", "continuous"])
+def test_the_async_producer_with_vllm_plays_what_the_plain_sampler_plays(engine, mode):
+    """The producer's engine path (one lock for the producer and evaluation, every response
+    stamped with its version, the request queue under partial rollouts) generates with the
+    same engine and weights as the plain sampler: greedy transcripts are equal."""
+    import numpy as np
+
+    from agentrl.rollout.producer import AsyncSampler
+    from agentrl.rollout.sampler import Sampler
+
+    tok, vl = engine
+
+    def sampler():
+        envs = InlinePool([latency_env.LatencyEnv(0.0) for _ in range(9)])
+        cfg = RolloutConfig(n_tasks=3, group_size=3, max_new_tokens=4, mode=mode)
+        return Sampler(envs, vl, tok, cfg, Sampling(max_new_tokens=4, temperature=0.0))
+
+    seeds = np.array([1, 2, 3])
+    plain = sampler().collect(seeds, np.random.default_rng(0))
+    policy = vl.policy  # the fixture's weights: the producer syncs the engine to a copy
+    async_ = AsyncSampler(sampler(), policy, np.random.default_rng(0), 1, 1, partial=True)
+    try:
+        got = async_.collect(seeds, np.random.default_rng(0))
+    finally:
+        async_.close()
+    assert _transcripts(got.groups) == _transcripts(plain.groups)
+    versions = {s.policy_version for g in got.groups for t in g.trajectories for s in t.steps}
+    assert versions == {0}
+    assert got.metrics["rollout/mixed_version_episodes"] == 0.0

@@ -53,7 +53,7 @@ class VersionEngine:
         return [Generation(token_ids=[7], logprobs=[-1.0], text=text) for _ in prompts]
 
 
-def make(k: int, total: int, delay: float = 0.0, seed: int = 0):
+def make(k: int, total: int, delay: float = 0.0, seed: int = 0, partial: bool = False):
     envs = InlinePool([agentrl.make("guess", max_steps=3) for _ in range(N_TASKS * GROUP)])
     cfg = RolloutConfig(n_tasks=N_TASKS, group_size=GROUP)
     tok = build_tokenizer(["Guess a number from 1 to 3."] * 4, 200)
@@ -62,12 +62,12 @@ def make(k: int, total: int, delay: float = 0.0, seed: int = 0):
     plain = Sampler(envs, engine, tok, cfg, Sampling(max_new_tokens=2))
     task_rng = np.random.default_rng(seed)
     policy = Policy()
-    sampler = AsyncSampler(plain, policy, task_rng, k, total)
+    sampler = AsyncSampler(plain, policy, task_rng, k, total, partial=partial)
     owner.append(sampler)
     return sampler, policy, task_rng, engine
 
 
-def train_loop(sampler, policy, task_rng, iters: int, learn_s: float = 0.0):
+def train_loop(sampler, policy, task_rng, iters: int, learn_s: float = 0.0, before_publish=None):
     """What the trainer does: draw the seeds, collect, 'update' (the version as the weight),
     publish."""
     out = []
@@ -76,6 +76,8 @@ def train_loop(sampler, policy, task_rng, iters: int, learn_s: float = 0.0):
         got = sampler.collect(seeds, np.random.default_rng(it))
         out.append((it, seeds, got))
         time.sleep(learn_s)
+        if before_publish is not None:
+            before_publish(it)
         with torch.no_grad():
             policy.w.fill_(it + 1)
         sampler.publish(policy)
@@ -177,8 +179,9 @@ def test_admission_drops_and_counts_groups_beyond_the_bound():
 def test_config_errors():
     with pytest.raises(ConfigError, match=r"rollout\.max_staleness.*>= 0"):
         RolloutConfig(max_staleness=-1)
-    with pytest.raises(ConfigError, match=r"rollout\.partial=true is not supported yet"):
-        RolloutConfig(max_staleness=1, partial=True)
+    with pytest.raises(ConfigError, match=r"rollout\.partial.*max_staleness >= 1"):
+        RolloutConfig(partial=True)
+    assert RolloutConfig(max_staleness=1, partial=True).partial
     sampler, policy, task_rng, _ = make(1, 2)
     dyn = DynamicSampling(sampler.inner, 3)
     with pytest.raises(ConfigError, match=r"needs the plain sampler.*DynamicSampling"):
@@ -197,3 +200,128 @@ def test_publish_hands_a_copy_not_the_live_weights():
     snap = sampler._pending[1]
     assert snap["w"].item() == 3
     sampler.close()
+
+
+# -- partial rollouts ---------------------------------------------------------------------------
+
+
+class HoldingEngine(VersionEngine):
+    """A VersionEngine whose first call of batch 1 waits until the learner has published
+    version 1: the rest of batch 1's turns are generated after that update, whatever the
+    timing, so with partial rollouts its episodes must switch weights mid-episode."""
+
+    def __init__(self, owner: list):
+        super().__init__(owner)
+        self.held_once = False
+
+    def generate(self, prompts, sampling):
+        s = self.owner[0]
+        if s.started - 1 == 1 and not self.held_once:
+            self.held_once = True
+            deadline = time.time() + 30
+            while s.version < 1 and time.time() < deadline:
+                time.sleep(0.005)
+        return super().generate(prompts, sampling)
+
+
+def _make_holding(k: int, total: int, partial: bool):
+    sampler, policy, task_rng, _ = make(k, total, partial=partial)
+    engine = HoldingEngine([sampler])
+    sampler.engine.inner = engine  # under the producer's lock, as the stand-in it replaces
+    return sampler, policy, task_rng, engine
+
+
+@pytest.mark.parametrize("partial", [False, True])
+def test_partial_rollouts_switch_weights_between_turns_and_record_each_steps_version(partial):
+    iters = 3
+    sampler, policy, task_rng, engine = _make_holding(1, iters, partial)
+
+    def batch1_started(it):  # the update of batch 0 ends while batch 1 is being played
+        deadline = time.time() + 30
+        while it == 0 and not engine.held_once and time.time() < deadline:
+            time.sleep(0.005)
+
+    out = train_loop(sampler, policy, task_rng, iters, before_publish=batch1_started)
+    sampler.close()
+    _, _, got1 = out[1]
+    versions = [[s.policy_version for s in t.steps] for g in got1.groups for t in g.trajectories]
+    for it, _, got in out:
+        for g in got.groups:
+            for t in g.trajectories:
+                for s in t.steps:
+                    assert s.response_text == str(s.policy_version)  # the weights that answered
+                    assert 0 <= it - s.policy_version <= 1  # the bound holds either way
+    # A guess of "0" is never right: every episode of batch 1 has a second turn.
+    assert all(len(v) >= 2 for v in versions)
+    if partial:
+        # Turn 1 was generated before the update, the later turns after it (a guess of "1"
+        # may end an episode at turn 2).
+        assert all(v == [0] + [1] * (len(v) - 1) for v in versions)
+        assert got1.metrics["rollout/mixed_version_episodes"] == 1.0
+        assert out[0][2].metrics["rollout/mixed_version_episodes"] == 0.0
+    else:
+        # Without partial rollouts the batch keeps the version it started with.
+        assert all(v == [0, 0, 0] for v in versions)  # and "0" is wrong three times
+        assert "rollout/mixed_version_episodes" not in got1.metrics
+
+
+class StubProducer:
+    def __init__(self):
+        self.partial, self.held, self.published, self.refreshes = True, 0, 0, 0
+
+    def newer_weights(self) -> bool:
+        return self.published > self.held
+
+    def refresh(self) -> None:
+        self.refreshes += 1
+        self.held = self.published
+
+
+class QueueEngine:
+    """A request queue: each request finishes after ``steps`` advances; its text is the
+    version the engine held when the request was added (that is what generated it)."""
+
+    def __init__(self, producer: StubProducer, steps: int = 2):
+        self.producer, self.steps = producer, steps
+        self.running: dict = {}
+
+    def submit(self, key, prompt, sampling, seed=None):
+        self.running[key] = [self.steps, self.producer.held]
+
+    def advance(self):
+        done = []
+        for key, r in list(self.running.items()):
+            r[0] -= 1
+            if r[0] == 0:
+                del self.running[key]
+                done.append((key, Generation(token_ids=[1], logprobs=[0.0], text=str(r[1]))))
+        return done
+
+
+def test_queue_engine_loads_new_weights_only_between_requests():
+    from agentrl.rollout.producer import _VersionedQueue, versioned
+
+    prod = StubProducer()
+    inner = QueueEngine(prod)
+    q = versioned(inner, prod)
+    assert isinstance(q, _VersionedQueue)
+    q.submit("a", [1], None, 0)
+    prod.published = 1  # the learner publishes while "a" is in flight
+    q.submit("b", [1], None, 1)  # held back: it will run on the new weights
+    assert list(inner.running) == ["a"] and prod.held == 0
+    assert q.advance() == []
+    ((key, gen),) = q.advance()  # "a" finishes under the weights it started with
+    assert key == "a" and gen.text == "0" and gen.policy_version == 0
+    # Nothing in flight: the new weights are loaded and "b" is submitted under them.
+    assert q.advance() == [] and prod.held == 1 and list(inner.running) == ["b"]
+    ((key, gen),) = q.advance()
+    assert key == "b" and gen.text == "1" and gen.policy_version == 1
+    # Without partial rollouts nothing is held back and the weights never change here.
+    prod2 = StubProducer()
+    prod2.partial = False
+    q2 = versioned(QueueEngine(prod2), prod2)
+    q2.submit("a", [1], None, 0)
+    prod2.published = 1
+    q2.submit("b", [1], None, 1)
+    assert {k for k, _ in q2.advance() + q2.advance()} == {"a", "b"}
+    assert prod2.refreshes == 0 and prod2.held == 0

@@ -503,3 +503,47 @@ def test_train_two_iterations_with_vllm_then_resume(tmp_path):
     rows = read_metrics(out)
     assert [r["iteration"] for r in rows] == [0, 1, 2, 3]
     assert all(r["perf/gen_tokens_per_s"] > 0 for r in rows[1:])
+
+
+def test_async_training_with_vllm_partial_and_continuous(tmp_path):
+    """rollout.max_staleness=1 with partial rollouts, continuous mode and the vLLM engine: a
+    producer thread plays ahead through the engine's request queue while the learner updates;
+    the engine is reloaded with each published version; every step is within the bound and
+    nothing is dropped."""
+    _require_vllm()
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agentrl.run",
+            "rollout.backend=vllm",
+            "rollout.mode=continuous",
+            "rollout.max_staleness=1",
+            "rollout.partial=true",
+            "learner.loss=decoupled_ppo",
+            "rollout.n_tasks=2",
+            "rollout.group_size=4",
+            "rollout.vllm_kv_cache_gb=0.25",
+            "trainer.steps=3",
+            "trainer.eval_episodes=4",
+            "trainer.progress=false",
+            f"trainer.out_dir={out}",
+            f"hydra.run.dir={tmp_path}/hydra",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    rows = [r for r in read_metrics(out) if r["iteration"] >= 1]
+    assert [r["iteration"] for r in rows] == [1, 2, 3]
+    for r in rows:
+        assert r["rollout/groups_dropped"] == 0
+        assert r["rollout/staleness_max"] <= 1
+        assert 0.0 <= r["rollout/mixed_version_episodes"] <= 1.0
+        assert r["perf/gen_tokens_per_s"] > 0
+    assert rows[0]["rollout/staleness_0"] == 1.0  # the first batch: the initial weights
+    assert (out / "checkpoints" / "iter-000003" / "model.safetensors").exists()

@@ -4,7 +4,7 @@
   itself, run at k = 0 (the synchronous schedule), gives the same parameters and metrics bit
   for bit, so its weight hand-off, task seeds and versions add nothing of their own;
 - k = 1 trains (every parameter moves, metrics are written, every step within one version,
-  nothing dropped) with the decoupled PPO loss;
+  nothing dropped) with the decoupled PPO loss, with and without partial rollouts;
 - a run killed with SIGKILL and resumed trains every batch exactly once (slow).
 """
 
@@ -77,8 +77,15 @@ def test_k0_is_the_synchronous_path_and_the_producer_at_k0_matches_it_bit_for_bi
 
 
 @pytest.mark.slow
-def test_k1_trains_within_the_bound_with_decoupled_ppo(tmp_path):
-    trainer = _trainer(tmp_path, "rollout.max_staleness=1", "learner.loss=decoupled_ppo")
+@pytest.mark.parametrize("partial", [False, True])
+def test_k1_trains_within_the_bound_with_decoupled_ppo(tmp_path, partial):
+    trainer = _trainer(
+        tmp_path,
+        "rollout.max_staleness=1",
+        "learner.loss=decoupled_ppo",
+        f"rollout.partial={str(partial).lower()}",
+    )
+    assert trainer.sampler.partial is partial
     assert isinstance(trainer.sampler, AsyncSampler)
     before = {k: v.clone() for k, v in trainer.policy.named_parameters()}
     trainer.run()
@@ -93,6 +100,7 @@ def test_k1_trains_within_the_bound_with_decoupled_ppo(tmp_path):
         assert r["rollout/staleness_0"] + r["rollout/staleness_1"] == pytest.approx(1.0)
         assert r["iteration"] - 1 - r["rollout/policy_version"] <= 1
         assert "loss/behav_weight" in r and "loss/behav_kl" in r
+        assert ("rollout/mixed_version_episodes" in r) is partial
     assert rows[0]["rollout/staleness_0"] == 1.0  # the first batch: the initial weights
 
 
