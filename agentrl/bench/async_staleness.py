@@ -32,6 +32,7 @@ from agentrl.bench.stats import interval_cell, t_interval
 __all__ = [
     "async_row",
     "curves_overlap",
+    "episodes_per_iter",
     "learning_curves",
     "row_markdown",
     "rows_markdown",
@@ -88,7 +89,7 @@ def async_row(
         )
     rows = [r for r in rows if r["iteration"] >= 2]
     wall = sum(r["perf/iteration_s"] for r in rows)
-    n_eps = _episodes_per_iter(job) * len(rows)
+    n_eps = episodes_per_iter(job) * len(rows)
     return {
         "k": float(k),
         "episodes_per_s": n_eps / wall,
@@ -102,7 +103,7 @@ def async_row(
     }
 
 
-def _episodes_per_iter(job: Sequence[str]) -> int:
+def episodes_per_iter(job: Sequence[str]) -> int:
     from agentrl.run import compose
 
     rc = compose(list(job)).rollout

@@ -188,24 +188,38 @@ def check_deterministic(
     seed: int,
     histories: Sequence[Sequence[str]],
     restore: Callable[[Any, Hashable], dict] | None = None,
+    options: dict | None = None,
+    demos: bool = False,
 ) -> list[str]:
-    """Play ``histories`` through one :class:`MemoLevel` and each through a fresh environment;
-    the differences found (``[]`` when the memo is exact for these histories)."""
-    memo = MemoLevel(make_env(), seed, restore=restore)
+    """Play ``histories`` through one :class:`MemoLevel` and each through a fresh environment
+    (reset with ``seed`` and ``options``); the differences found (``[]`` when the memo is exact
+    for these histories). With ``demos``, after every step the memo's environment took, its
+    demonstration is compared with the fresh environment's too (the level itself keeps one
+    demonstration per anchor)."""
+    memo = MemoLevel(make_env(), seed, options, restore=restore, demos=demos)
     bad = []
     for h, actions in enumerate(histories):
         direct = make_env()
-        direct.reset(seed=seed)
+        direct.reset(seed=seed, options=options)
         spot = memo.reset()
         for t, action in enumerate(actions):
             want = direct.step(action)
+            misses = memo.misses
             spot, got = memo.step(spot, action)
             if _comparable(want) != _comparable(got):
                 bad.append(f"history {h}, step {t} ({action!r}): {want[:4]} != {got[:4]}")
                 break
+            if demos and memo.misses > misses and _demo_of(memo.env) != _demo_of(direct):
+                bad.append(f"history {h}, step {t}: demonstrations differ")
+                break
             if want[2] or want[3]:
                 break
     return bad
+
+
+def _demo_of(env) -> tuple[str, ...] | None:
+    plan = env.unwrapped.demonstration()
+    return None if plan is None else tuple(plan)
 
 
 def _comparable(result: StepResult) -> tuple:

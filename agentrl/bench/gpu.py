@@ -16,6 +16,10 @@ file and makes the exit code 1, the others still run:
 3. In process, the learner on the same architecture: PPO updates of 64 samples × 512 tokens;
    learner tokens/s (all tokens through forward and backward) and MFU = 6 · parameters ·
    tokens/s / the GPU's dense bf16 peak (attention FLOPs left out, so MFU is a lower bound).
+4. Rollout modes on the same architecture with vLLM (:func:`rollout_mode_rows`): the job of
+   stage 2 for 3 iterations with ``rollout.mode=lockstep``, ``rollout.mode=continuous``, and
+   continuous with ``rollout.max_staleness=1``; episodes/s over iterations 2-3 and its ratio
+   over lock-step, the learner's idle share, the staleness.
 
 Without a CUDA device it stops at once with exit code 1 and says so.
 """
@@ -50,7 +54,13 @@ ARCH = {
 }
 PEAK_BF16_TFLOPS = {"H200": 989.4, "H100": 989.4, "A100": 312.0, "L40S": 362.1, "L4": 121.0}
 """Dense bf16 peaks (SXM parts; NVIDIA data sheets) by a substring of the device name."""
-TEST_TIMEOUT_S, TRAIN_TIMEOUT_S = 240, 150
+TEST_TIMEOUT_S, TRAIN_TIMEOUT_S, MODES_TIMEOUT_S = 240, 150, 120
+MODES = (
+    ("lock-step", ("rollout.mode=lockstep",)),
+    ("continuous", ("rollout.mode=continuous",)),
+    ("continuous, async k=1", ("rollout.mode=continuous", "rollout.max_staleness=1")),
+)
+"""Stage 4's rows: (label, overrides)."""
 
 
 def _peak_tflops(name: str) -> float | None:
@@ -72,6 +82,18 @@ def _stage_tests() -> tuple[bool, str]:
     lines = [x for x in proc.stdout.splitlines() if x.strip()]
     summary = lines[-1] if lines else proc.stderr[-500:]
     return proc.returncode == 0, summary
+
+
+def _train_overrides() -> list[str]:
+    return [f"{k}={v}" for k, v in ARCH.items()] + [
+        "rollout.backend=vllm",
+        "rollout.vllm_gpu_memory_utilization=0.3",
+        "rollout.max_new_tokens=32",
+        "learner.lr=1e-5",
+        "trainer.eval_every=0",
+        "trainer.save_every=0",
+        "trainer.progress=false",
+    ]
 
 
 def _stage_train(work: Path) -> tuple[bool, dict]:
@@ -103,6 +125,58 @@ def _stage_train(work: Path) -> tuple[bool, dict]:
         ],
         "learn_response_tokens_per_s": last.get("perf/learn_tokens_per_s", float("nan")),
     }
+
+
+def rollout_mode_rows(
+    base: list[str], work: Path, iters: int = 3, timeout: float | None = MODES_TIMEOUT_S
+) -> list[dict]:
+    """One training run of ``base`` per row of :data:`MODES`; per run, over iterations 2..
+    ``iters`` (the first holds the engine's warm-up): episodes/s (episodes over the summed
+    iteration time), the learner's idle share (time waiting for the batch over the iteration
+    time) and the mean staleness. A failed run gives a row with ``error``."""
+    from agentrl.bench.async_staleness import episodes_per_iter
+
+    per_iter = episodes_per_iter(base)
+    rows = []
+    for label, extra in MODES:
+        out = work / label.replace(" ", "_").replace(",", "").replace("=", "")
+        try:
+            run_agentrl([*base, f"trainer.steps={iters}", *extra], out, timeout=timeout)
+        except (subprocess.TimeoutExpired, RuntimeError) as exc:
+            rows.append({"mode": label, "error": str(exc).strip().splitlines()[-1][:300]})
+            continue
+        metrics = [r for r in read_metrics(out) if r.get("iteration", 0) >= 2]
+        wall = sum(r["perf/iteration_s"] for r in metrics)
+        episodes = per_iter * len(metrics)
+        rows.append(
+            {
+                "mode": label,
+                "episodes_per_s": episodes / wall,
+                "gen_tokens_per_s": sum(r["perf/decode_tokens"] for r in metrics) / wall,
+                "learner_idle": sum(r["perf/rollout_s"] for r in metrics) / wall,
+                "staleness": max(r.get("rollout/staleness_mean", 0.0) for r in metrics),
+            }
+        )
+    return rows
+
+
+def modes_markdown(rows: list[dict]) -> str:
+    """Stage 4's table: ratios over the lock-step row."""
+    base = next((r for r in rows if r["mode"] == "lock-step" and "error" not in r), None)
+    lines = [
+        "| mode | episodes/s | gen tokens/s | vs lock-step | learner idle | staleness |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['mode']} | FAILED: {r['error']} | | | | |")
+            continue
+        ratio = f"{r['episodes_per_s'] / base['episodes_per_s']:.2f}×" if base else "n/a"
+        lines.append(
+            f"| {r['mode']} | {r['episodes_per_s']:.2f} | {r['gen_tokens_per_s']:,.0f} | "
+            f"{ratio} | {r['learner_idle']:.2f} | {r['staleness']:.2f} |"
+        )
+    return "\n".join(lines)
 
 
 def _stage_learner() -> dict:
@@ -197,6 +271,9 @@ def run(out_dir: str = SCRATCH, quick: bool = False) -> Path:
     except Exception as exc:
         learn, ok_learn = {"error": f"{type(exc).__name__}: {exc}"}, False
     print(f"3. learner: {'ok' if ok_learn else 'FAILED'}", flush=True)
+    modes = rollout_mode_rows(_train_overrides(), work / "modes")
+    ok_modes = all("error" not in r for r in modes)
+    print(f"4. rollout modes: {'ok' if ok_modes else 'FAILED'}", flush=True)
 
     device = f"GPU: {torch.cuda.get_device_name()}"
     head = header(
@@ -209,9 +286,10 @@ def run(out_dir: str = SCRATCH, quick: bool = False) -> Path:
         tests=f"{'passed' if ok_tests else 'FAILED'}: `{tests}`",
         train=_train_section(train) if ok_train else f"FAILED: ```{train['error']}```",
         learner=_learner_section(learn) if ok_learn else f"FAILED: {learn['error']}",
+        modes=modes_markdown(modes),
     )
     path = write_markdown(out / "gpu.md", text + "\n")
     print(f"wrote {path}")
-    if not (ok_tests and ok_train and ok_learn):
+    if not (ok_tests and ok_train and ok_learn and ok_modes):
         raise SystemExit(1)
     return path

@@ -20,7 +20,15 @@ grammar text with TatSu and deep-copying symbol trees:
   reset (or a second environment on the same game) skips Fast Downward's translator;
 - grammar expressions (``{o.indefinite + ' ' + o.name}``) are compiled once to small closures
   from a whitelisted Python subset (names, attributes, ``+``, ``or``/``and``, string constants),
-  never passed to ``eval``.
+  never passed to ``eval``;
+- a grammar query matches the facts of each signature as textworld does (same order), but the
+  state keeps each signature's facts sorted until they change instead of sorting them at every
+  match;
+- a reset after the game's first one puts Fast Downward's library back in the initial state by
+  its id in the library's state registry (``set_state_id``) and the facts back to a copy of the
+  initial ones, and reuses the initial report, instead of reloading the task (where the library
+  has no ``set_state_id``, every reset builds a fresh state as before);
+- an operator's effect atoms are read from the library once per game and reused.
 
 Transcripts are identical to the stock engine's: ``tests/test_alfworld_engine.py`` replays
 walkthroughs and random action sequences through both and compares every observation, reward,
@@ -80,17 +88,25 @@ def _agent_facts(pddl_state, names: dict[str, str]) -> tuple[str, tuple[str, ...
     place is every receptacle there, sorted and joined with ", " ("" in the middle of the
     room): a description that does not depend on the order of facts in a set.
     """
+    # The facts of the three predicates only, in the order ``pddl_state.facts`` yields them (its
+    # facts grouped by signature): the same facts seen in the same order as a walk over all.
+    by_signature = pddl_state._facts.items()
     held, at = [], None
-    for fact in pddl_state.facts:
-        if fact.name == "atlocation" and fact.arguments[0].type == "agent":
-            at = fact.arguments[1].name
-        elif fact.name == "holds":
-            held.append(names.get(fact.arguments[1].name, fact.arguments[1].name))
+    for sig, facts in by_signature:
+        if sig.name == "atlocation":
+            for fact in facts:
+                if fact.arguments[0].type == "agent":
+                    at = fact.arguments[1].name
+        elif sig.name == "holds":
+            for fact in facts:
+                held.append(names.get(fact.arguments[1].name, fact.arguments[1].name))
     here = []
     if at is not None:
-        for fact in pddl_state.facts:
-            if fact.name == "receptacleatlocation" and fact.arguments[1].name == at:
-                here.append(names.get(fact.arguments[0].name, fact.arguments[0].name))
+        for sig, facts in by_signature:
+            if sig.name == "receptacleatlocation":
+                for fact in facts:
+                    if fact.arguments[1].name == at:
+                        here.append(names.get(fact.arguments[0].name, fact.arguments[0].name))
     return ", ".join(sorted(here)), tuple(sorted(held))
 
 
@@ -242,14 +258,75 @@ class FastGrammar:
             name: [(r.condition or None, tuple(_convert(s) for s in r.rhs)) for r in rules]
             for name, rules in csg._rules.items()
         }
+        self._signatures: dict[tuple, tuple[list, tuple]] = {}
 
     def derive(self, text: str, variables: dict, mapping: dict) -> str:
         return "".join(self._d(node, variables, mapping) for node in _parse_symbols(text))
 
+    def _assignments(self, query: str, mapping: dict):
+        """The mappings ``self.state.all_assignments(_parse_query(query), mapping)`` yields, in
+        its order: the query's predicates matched left to right, each against the facts of
+        its signature and of every subtype signature (textworld's order), sorted, binding a
+        placeholder to a variable not bound yet. The state's ``sorted_facts`` keeps those
+        sorted lists between changes, where textworld sorts them at every match."""
+        rule = _parse_query(query)
+        mapping = dict(mapping)
+        used = set(mapping.values())
+        seen = set(mapping)
+        hierarchy = self.state._logic.types
+        steps = []
+        for pred in rule.preconditions:
+            new = []
+            for ph in pred.parameters:
+                if ph not in seen:
+                    new.append(ph)
+                    seen.add(ph)
+            steps.append((pred.parameters, new, self._subtype_signatures(pred, hierarchy)))
+        if any(ph not in seen for ph in rule.placeholders):  # free placeholders: textworld's
+            yield from self.state.all_assignments(rule, mapping)
+            return
+        yield from self._match(steps, 0, mapping, used)
+
+    def _subtype_signatures(self, pred, hierarchy) -> tuple:
+        """The signatures ``pred`` matches (its own, then its subtypes'), as textworld lists
+        them: cached while the type hierarchy's own cache holds the same list."""
+        key = (pred.signature.name, pred.signature.types)
+        subtypes = hierarchy.multi_subtypes([hierarchy.get(t) for t in pred.signature.types])
+        cached = self._signatures.get(key)
+        if cached is not None and cached[0] is subtypes:
+            return cached[1]
+        from textworld.logic import Signature
+
+        sigs = tuple(Signature(key[0], [t.name for t in types]) for types in subtypes)
+        self._signatures[key] = (subtypes, sigs)  # holds the list: its identity stays valid
+        return sigs
+
+    def _match(self, steps: list, depth: int, mapping: dict, used: set):
+        if depth == len(steps):
+            yield mapping.copy()
+            return
+        params, new, sigs = steps[depth]
+        sorted_facts = self.state.sorted_facts
+        for sig in sigs:
+            for prop in sorted_facts(sig):
+                for ph, var in zip(params, prop.arguments):
+                    existing = mapping.get(ph)
+                    if existing is None:
+                        if var in used:
+                            break
+                        mapping[ph] = var
+                        used.add(var)
+                    elif existing is not var and existing != var:
+                        break
+                else:
+                    yield from self._match(steps, depth + 1, mapping, used)
+                for ph in new:  # unbind what this fact bound
+                    used.discard(mapping.pop(ph, None))
+
     def _query(self, given: str, variables: dict, mapping: dict) -> list[tuple[dict, dict]]:
         out = []
         infos = self.entity_infos
-        for m in self.state.all_assignments(_parse_query(given), mapping):
+        for m in self._assignments(given, mapping):
             v = dict(variables)
             v.update({ph.name: infos[var.name] for ph, var in m.items()})
             mm = dict(mapping)
@@ -266,7 +343,7 @@ class FastGrammar:
         for cond, rhs in rules:
             if cond is None:
                 return rhs
-            for _ in self.state.all_assignments(_parse_query(cond), mapping):
+            for _ in self._assignments(cond, mapping):
                 return rhs
         raise IndexError(f"no applicable rule for #{name}#")  # as textworld (rules[0] of [])
 
@@ -388,6 +465,7 @@ def _make_pddl_state(lib, problem: str, logic):
             from textworld.logic import Proposition, Variable
 
             self._facts = defaultdict(set)
+            self._sorted_facts = {}
             self._vars_by_name = {}
             self._vars_by_type = defaultdict(set)
             self._var_counts = Counter()
@@ -424,7 +502,42 @@ def _make_pddl_state(lib, problem: str, logic):
             facts = [a.get_fact(self.name2type) for a in atoms]
             self.add_facts([f for f in facts if not f.is_negation])
 
+        def sorted_facts(self, sig) -> tuple:
+            """The facts of signature ``sig``, sorted (kept until they change): what every
+            query of a derivation matches, in textworld's order."""
+            facts = self._sorted_facts.get(sig)
+            if facts is None:
+                facts = self._sorted_facts[sig] = tuple(sorted(self._facts.get(sig, ())))
+            return facts
+
+        # Textworld's own matcher sorts what this returns: a sorted run costs it one
+        # comparison per fact instead of n log n.
+        facts_with_signature = sorted_facts
+
+        def add_fact(self, prop) -> None:
+            super().add_fact(prop)
+            self._sorted_facts.pop(prop.signature, None)
+
+        def remove_fact(self, prop) -> None:
+            super().remove_fact(prop)
+            self._sorted_facts.pop(prop.signature, None)
+
     return _CachedPddlState()
+
+
+def _copy_pddl_state(state):
+    """A copy of ``state`` (a :func:`_make_pddl_state` state) with the same facts and variable
+    bookkeeping; the C library's state is not part of it (see :meth:`FastEngine.reset`)."""
+    from collections import defaultdict
+
+    new = object.__new__(type(state))
+    new.__dict__.update(state.__dict__)
+    new._facts = defaultdict(set, {k: v.copy() for k, v in state._facts.items()})
+    new._sorted_facts = state._sorted_facts.copy()  # tuples, never changed in place
+    new._vars_by_name = state._vars_by_name.copy()
+    new._vars_by_type = defaultdict(set, {k: v.copy() for k, v in state._vars_by_type.items()})
+    new._var_counts = state._var_counts.copy()
+    return new
 
 
 class FastEngine:
@@ -435,6 +548,17 @@ class FastEngine:
         import fast_downward
 
         self.lib = fast_downward.load_lib()  # a private copy of the C library per engine
+        # The C library's current state by id (Fast Downward's state registry keeps every state
+        # it has seen): a reset goes back to the initial state instead of reloading the task.
+        self._state_ids = hasattr(self.lib, "get_state_id") and hasattr(self.lib, "set_state_id")
+        if self._state_ids:
+            import ctypes
+
+            self.lib.get_state_id.argtypes = []
+            self.lib.get_state_id.restype = ctypes.c_int
+            self.lib.set_state_id.argtypes = [ctypes.c_int]
+            self.lib.set_state_id.restype = None
+        self._start: tuple | None = None
         self.gamefile: str | None = None
 
     def load(self, gamefile: str) -> None:
@@ -450,6 +574,7 @@ class FastEngine:
         self.logic, task_rhs = _logic_for(data["pddl_domain"], data["grammar"])
         self.task_rhs = task_rhs
         self.pddl_state = _make_pddl_state(self.lib, data["pddl_problem"], self.logic)
+        self._start = None
         self._init_entities()
 
     def _init_entities(self) -> None:
@@ -471,7 +596,8 @@ class FastEngine:
         self.dynamic = {eff.literal.predicate for a in state.task.actions for eff in a.effects}
         self.dynamic |= {ax.name for ax in getattr(state.task, "axioms", [])}
         self.static_template: dict[str, bool] = {}
-        self.command_cache: dict[str, tuple] = {}
+        self.command_cache: dict[bytes, tuple] = {}  # by the operator's raw name
+        self._effects: dict[int, tuple] = {}
 
     def _grammar(self) -> FastGrammar:
         g = FastGrammar(self.logic.grammar, self.entity_infos, self.pddl_state)
@@ -499,13 +625,13 @@ class FastEngine:
         seen: set[str] = set()
         pddl_actions = self.pddl_state._actions
         for op in ops:
-            name = op.name
+            name = op._name  # the raw bytes: decoded (``op.name``) once per operator, below
             if name in seen:
                 continue
             seen.add(name)
             cached = self.command_cache.get(name)
             if cached is None:
-                cached = self._describe(name, pddl_actions)
+                cached = self.command_cache[name] = self._describe(op.name, pddl_actions)
             _action_name, mapping, variables, template, feedback, command = cached
             if command is None:
                 derived = self.grammar.derive(template, variables, mapping)
@@ -530,9 +656,7 @@ class FastEngine:
         command = None
         if self._is_static(template):
             command = self.grammar.derive(template, variables, mapping).format(**self.names)
-        entry = (name, mapping, variables, template, logic_action.feedback_rule, command)
-        self.command_cache[op_name] = entry
-        return entry
+        return (name, mapping, variables, template, logic_action.feedback_rule, command)
 
     def _report(self, feedback: str) -> EngineState:
         won = bool(self.lib.check_goal())
@@ -548,13 +672,35 @@ class FastEngine:
         )
 
     def reset(self) -> EngineState:
-        # A fresh state each reset, as PddlEnv does (the translation is cached, so this is
-        # cheap); entity names and the per-operator command cache stay valid for the game.
+        # The first reset of a game builds a fresh state, as PddlEnv does each reset (the
+        # translation is cached), and keeps it: what the initial state reports never changes,
+        # so a later reset puts the C library back in the initial state by its id and the facts
+        # back to a copy of the initial ones, and reuses the report. Entity names and the
+        # per-operator command cache stay valid for the game.
+        start = self._start
+        if start is not None:
+            state, state_id, grammar, commands, admissible, last = start
+            self.lib.set_state_id(state_id)
+            self.pddl_state = _copy_pddl_state(state)
+            grammar.state = self.pddl_state
+            self.grammar, self.commands, self.admissible = grammar, commands, admissible
+            self._last = last
+            return last
         self.pddl_state = _make_pddl_state(self.lib, self.data["pddl_problem"], self.logic)
+        initial = _copy_pddl_state(self.pddl_state) if self._state_ids else None
         self.grammar = self._grammar()
         feedback = self.grammar.derive("#intro#", {}, {})
         self._gather()
         self._last = self._report(feedback)
+        if initial is not None:
+            self._start = (
+                initial,
+                self.lib.get_state_id(),
+                self.grammar,
+                self.commands,
+                self.admissible,
+                self._last,
+            )
         return self._last
 
     def step(self, command: str) -> EngineState:
@@ -584,9 +730,15 @@ class FastEngine:
         from textworld.envs.pddl.logic import Atom
 
         state = self.pddl_state
-        effects = (Atom * n_effects)()
-        self.lib.apply_operator(op_id, effects)
-        for effect in effects:
-            prop = effect.get_fact(state.name2type)
+        # An operator's effect atoms are the same in every state (the library names them all,
+        # conditional or not): read once per operator, then applied without the names.
+        props = self._effects.get(op_id)
+        if props is None:
+            effects = (Atom * n_effects)()
+            self.lib.apply_operator(op_id, effects)
+            props = self._effects[op_id] = tuple(e.get_fact(state.name2type) for e in effects)
+        else:
+            self.lib.apply_operator(op_id, None)
+        for prop in props:
             state.remove_fact(prop.negate())
             state.add_fact(prop)

@@ -149,6 +149,7 @@ class ALFWorldEnv(TextEnv):
         self._task_type = ""
         self._generated = False
         self._lookup: dict[str, str] = {}
+        self._lookups: dict[tuple[str, ...], dict[str, str]] = {}
         self._anchor_obs = ""
         self._executed: list[str] = []  # commands executed this episode (for demonstration)
         self._walkthroughs: dict[str, list[str] | None] = {}
@@ -191,6 +192,7 @@ class ALFWorldEnv(TextEnv):
         if gamefile != self._loaded:
             self.engine.load(gamefile)
             self._loaded = gamefile
+            self._lookups.clear()
             with open(Path(gamefile).parent / "traj_data.json") as fh:
                 self._task_type = str(json.load(fh).get("task_type", ""))
         self._gamefile = gamefile
@@ -203,7 +205,12 @@ class ALFWorldEnv(TextEnv):
         return self._state.feedback
 
     def _set_lookup(self) -> None:
-        self._lookup = {normalize_command(c): c for c in self._state.admissible_commands}
+        # One lookup per distinct list of commands (a game has a few hundred), never changed.
+        commands = self._state.admissible_commands
+        lookup = self._lookups.get(commands)
+        if lookup is None:
+            lookup = self._lookups[commands] = {normalize_command(c): c for c in commands}
+        self._lookup = lookup
 
     def _step(self, action: str) -> Transition:
         command = self._lookup.get(normalize_command(action)) if action.strip() else None

@@ -71,3 +71,90 @@ def test_pool_rows_rates_over_the_summed_time():
     pooled = ar.pool_rows([a, b])
     assert pooled["episodes_per_s"] == pytest.approx(32 / (16 / 1.1 + 16 / 2.2))
     assert pooled["staleness_max"] == 1.0 and pooled["groups_dropped"] == 0.0
+
+
+def test_vllm_rows_get_their_own_base_and_verdict():
+    table = "\n".join(
+        [
+            "## judge",
+            "",
+            "| mode | episodes | wall s | episodes/s | gen tokens/s | ratio |",
+            "|---|---:|---:|---:|---:|---:|",
+            "| lock-step | 8 | 4.0 | 2.00 | 10 | 1.00 |",
+            "| continuous | 8 | 2.0 | 4.00 | 20 | 2.00 |",
+            "| lock-step (vLLM) | 8 | 4.0 | 2.00 | 10 | 1.00 |",
+            "| continuous (vLLM) | 8 | 3.0 | 2.67 | 13 | 1.33 |",
+            "| continuous (vLLM, stream) | 8 | 2.5 | 3.20 | 16 | 1.60 |",
+        ]
+    )
+    assert ar._verdicts({"judge": table}) == "judge: 2.00× HF, 1.60× vLLM"
+    assert ar._stream_label("continuous") == "continuous (stream)"
+    assert ar._stream_label("continuous (vLLM)") == "continuous (vLLM, stream)"
+
+
+def test_long_tail_lengths_differ_within_a_group_and_follow_the_tail():
+    """One task seed, many episodes with different actions: the lengths differ (agents'
+    episodes do), a transcript fixes its length, and P(length > t) = (t + 1)^-1.1."""
+    import numpy as np
+
+    def play(seed: int, actions) -> int:
+        env = ar.WaitEnv(delay="fixed", length="pareto", step_s=0.0)
+        env.reset(seed=seed)
+        for t, a in enumerate(actions, start=1):
+            if env.step(a)[2]:
+                return t
+        raise AssertionError("no episode passes 40 steps")
+
+    rng = np.random.default_rng(0)
+    episodes = [[f"a{x}" for x in rng.integers(1000, size=40)] for _ in range(3000)]
+    lengths = np.array([play(7, e) for e in episodes])
+    assert play(7, episodes[0]) == lengths[0]  # the same transcript, the same length
+    assert len(set(lengths[:8].tolist())) > 1  # one group's episodes differ
+    assert lengths.max() <= 40
+    for t in (1, 3, 10):
+        expected = (t + 1) ** -1.1
+        assert abs((lengths > t).mean() - expected) < 4 * np.sqrt(expected / len(lengths))
+
+
+def test_curves_section_reads_cached_runs_and_reports_overlap(tmp_path, monkeypatch):
+    import json
+
+    def rows(k, seed, n=20):
+        base = 0.1 + 0.02 * seed  # seeds differ, every k learns alike
+        return [{"iteration": 0}] + [
+            {"iteration": i, "env/success": base + 0.01 * i, "env/return": base + 0.01 * i}
+            for i in range(1, n + 1)
+        ]
+
+    for k in (0, 1, 2):
+        for seed in range(5):
+            (tmp_path / f"k{k}-s{seed}.json").write_text(json.dumps(rows(k, seed)))
+
+    def no_training(*a, **kw):
+        raise AssertionError("a cached run was run again")
+
+    monkeypatch.setattr(st, "train_rows", no_training)
+    text = ar.curves_section("HEAD", quick=False, cache=tmp_path)
+    assert text.startswith("## learning with bounded staleness\n\nHEAD")
+    assert "success: overlap; return: overlap" in text
+    assert "| it 1 | it 5 | it 10 | it 15 | it 20 |" in text
+    row0 = next(line for line in text.splitlines() if line.startswith("| 0 |"))
+    # Success over the last 5 iterations, mean over seeds: 0.14 + 0.18 = 0.32.
+    assert "0.320 [" in row0 and row0.endswith("| 0.15 | 0.19 | 0.24 | 0.29 | 0.34 |")
+
+
+@pytest.mark.slow
+def test_gpu_rollout_mode_rows_run_on_cpu_with_the_tiny_model(tmp_path):
+    """Stage 4 of the GPU check, on CPU with the tiny model and HF: every mode trains and
+    gives a row; the async row is within its bound."""
+    from agentrl.bench import gpu
+
+    base = ["rollout.n_tasks=2", "rollout.group_size=2", "rollout.max_new_tokens=3",
+            "env.max_steps=3", "model.tokenizer_episodes=2", "trainer.eval_every=0",
+            "trainer.save_every=0", "trainer.progress=false"]  # fmt: skip
+    rows = gpu.rollout_mode_rows(base, tmp_path, iters=3, timeout=300)
+    assert [r["mode"] for r in rows] == [m for m, _ in gpu.MODES]
+    assert all("error" not in r and r["episodes_per_s"] > 0 for r in rows), rows
+    assert rows[0]["staleness"] == 0.0 and 0.0 < rows[2]["staleness"] <= 1.0
+    table = gpu.modes_markdown(rows)
+    assert "| lock-step |" in table and "1.00×" in table

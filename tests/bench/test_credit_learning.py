@@ -4,13 +4,15 @@ the memo, the report and ``--check``."""
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from helpers import ScriptedBackend
+from helpers import ENV_TEST_KWARGS, ScriptedBackend, alfworld_games
 
 import agentrl
 from agentrl.bench import credit_learning as cl
@@ -138,6 +140,55 @@ def test_webshop_memo_equals_the_environment():
                 break
         histories.append(acts)
     assert check_deterministic(lambda: agentrl.make("webshop"), 3, histories) == []
+
+
+def _alfworld_histories(env, game: str, rng, n: int, length: int) -> list[list[str]]:
+    """``n`` random walks on ``game``: most continue a prefix of an earlier one (so the memo
+    branches where its environment is elsewhere), with an invalid action now and then; the
+    game's walkthrough (a win) first."""
+    walkthrough = json.loads(Path(game).read_text())["walkthrough"]
+    histories = [list(walkthrough)]
+    while len(histories) < n:
+        acts = []
+        if rng.random() < 0.8:
+            prev = histories[int(rng.integers(len(histories)))]
+            acts = list(prev[: int(rng.integers(len(prev) + 1))])
+        _, info = env.reset(seed=0, options={"gamefile": game})
+        done = False
+        for a in acts:
+            _, _, term, trunc, info = env.step(a)
+            done = term or trunc
+        while len(acts) < length and not done:
+            choices = info["admissible_actions"]
+            a = "jump" if rng.random() < 0.1 else choices[int(rng.integers(len(choices)))]
+            acts.append(a)
+            _, _, term, trunc, info = env.step(a)
+            done = term or trunc
+        histories.append(acts)
+    return histories
+
+
+def test_alfworld_memo_equals_the_environment():
+    """The memo's environment resets to the initial state by its id in Fast Downward's state
+    registry and a copy of the initial facts (no reload); every step result and demonstration
+    equals a fresh environment's, on branching random walks (with invalid actions, wins and
+    truncation at max_steps) over games of every task type."""
+    pytest.importorskip("alfworld")
+    kwargs = {**ENV_TEST_KWARGS["alfworld"], "max_steps": 20}
+    env = agentrl.make("alfworld", **kwargs)
+    rng = np.random.default_rng(0)
+    for game in alfworld_games(6):
+        histories = _alfworld_histories(env, game, rng, n=14, length=24)
+        assert (
+            check_deterministic(
+                lambda: agentrl.make("alfworld", **kwargs),
+                0,
+                histories,
+                options={"gamefile": game},
+                demos=True,
+            )
+            == []
+        ), game
 
 
 def test_memo_steps_the_environment_once_per_new_history():
