@@ -74,6 +74,12 @@ RESTORE: dict[str, Callable[[Any, Hashable], dict]] = {"sokoban": sokoban_restor
 """Environments whose anchor is their whole state, with the reset options that restore it: the
 memo is then shared by every history reaching a state
 (:class:`~agentrl.bench.credit_levels.MemoLevel`)."""
+DEMO_BY_STATE = frozenset({"sokoban", "webshop"})
+"""Environments whose ``demonstration()`` is a function of the state the anchor names (a
+planner from the current state). Elsewhere (ALFWorld: the walkthrough holds only while every
+command so far followed it) the warm start reads the expert's path from the reset state
+(:class:`~agentrl.bench.credit_levels.MemoLevel`'s ``demo_by_state``), so a state's prior never
+depends on which run or history reached it first."""
 SYNTHETIC_MDP: dict[str, Any] = {"n_states": 24, "n_actions": 4}
 """The random MDPs of the ``synthetic`` setting (:func:`agentrl.credit.synthetic.random_mdp`,
 otherwise its defaults): success 0.2–0.8 from every start state under the MDP's behaviour
@@ -228,7 +234,13 @@ class World:
 
         env = make(self.setting.env, **self.setting.kwargs)
         restore = RESTORE.get(self.setting.env)
-        return MemoLevel(env, level_seed, restore=restore, demos=self.setting.warm > 0)
+        return MemoLevel(
+            env,
+            level_seed,
+            restore=restore,
+            demos=self.setting.warm > 0,
+            demo_by_state=self.setting.env in DEMO_BY_STATE,
+        )
 
     def prior(self, key: Hashable, spot: Spot, actions: Sequence[str]) -> np.ndarray:
         """The warm start's probabilities in ``spot`` (once per key, from the demonstration the
@@ -494,7 +506,7 @@ class Plan:
 
 def default_plan() -> Plan:
     """Every method on Sokoban 7×7 (both protocols; ``best-lr`` on 10 seeds), WebShop, ALFWorld
-    (8 seeds: its steps cost milliseconds) and the synthetic MDPs (with the oracle-scorer
+    (20 seeds each) and the synthetic MDPs (with the oracle-scorer
     methods); the core methods on the 6×6 sanity setting."""
     every, scored = tuple(methods()), tuple(methods(scorer=True))
     return Plan(
@@ -502,7 +514,7 @@ def default_plan() -> Plan:
             ("sokoban-7x7", every, 20),
             ("webshop", every, 20),
             ("synthetic", scored, 20),
-            ("alfworld", every, 8),
+            ("alfworld", every, 20),
             ("sokoban-6x6", CORE, 10),
         ),
         best_lr=("sokoban-7x7",),

@@ -70,6 +70,17 @@ class MemoLevel:
             ``truncated`` (not terminated and ``max_steps`` reached), as
             :class:`~agentrl.env_api.TextEnv` sets them. Without ``restore`` the memo is keyed
             by the whole action history.
+        demos: record the environment's demonstration in every spot (``Spot.demo``).
+        demo_by_state: whether the environment's ``demonstration()`` is a function of the
+            state its anchor names (Sokoban's planner, WebShop's shopper). Then every spot gets
+            the demonstration from its state, computed once per anchor. Otherwise (ALFWorld's
+            walkthrough holds only while every command so far followed it, so two histories
+            reaching one state can disagree) a spot's demonstration is the *expert's*: the
+            reset state's demonstration is played once, and a spot whose anchor that expert
+            path passes through gets the rest of the path from there (from the first pass);
+            other spots get None. Either way a spot's demonstration depends on its anchor
+            alone, never on which history reached it first, so what a player derives from it
+            does not depend on the order in which runs explore a level.
     """
 
     def __init__(
@@ -79,14 +90,19 @@ class MemoLevel:
         options: dict | None = None,
         restore: Callable[[Any, Hashable], dict] | None = None,
         demos: bool = False,
+        demo_by_state: bool = True,
     ):
         self.pool = InlinePool([env])
         self.env = env
         self.seed, self.options, self.restore = int(seed), options, restore
-        self.demos = demos
+        self.demos, self.demo_by_state = demos, demo_by_state
         self.max_steps = int(getattr(env.unwrapped, "max_steps", 0) or 0)
         obs, info = self.pool.reset([(0, self.seed, options)])[0]
-        self.root = Spot(obs, info, demo=self._demo())
+        root_demo = self._demo()
+        self._expert: dict[Hashable, tuple[str, ...]] = {}
+        if demos and not demo_by_state and root_demo:
+            self._expert = self._expert_path(info.get("anchor"), root_demo)
+        self.root = Spot(obs, info, demo=self._demo_at(info.get("anchor"), root_demo))
         self._memo: dict[tuple, tuple[int, StepResult, tuple[str, ...] | None]] = {}
         self._at: Path | bool = None  # the path the live environment is at (False: unknown)
         # Demonstrations by anchor: a planner run costs milliseconds (WebShop searches), and a
@@ -110,8 +126,11 @@ class MemoLevel:
             result = self.pool.step([(0, action)])[0]
             # The environment is in the new state now: its demonstration costs no replay.
             anchor = result[4].get("anchor")
-            demo = self._demos[anchor] if anchor in self._demos else self._demo()
-            self._demos.setdefault(anchor, demo)
+            if anchor in self._demos:
+                demo = self._demos[anchor]
+            else:
+                demo = self._demo_at(anchor, self._demo() if self.demo_by_state else None)
+                self._demos[anchor] = demo
             hit = (len(self._memo) + 1, result, demo)
             self._memo[key] = hit
             self._at = False if self.restore else path
@@ -123,6 +142,26 @@ class MemoLevel:
             truncated = not terminated and t >= self.max_steps
             result = (obs, reward, terminated, truncated, {**info, "step": t})
         return Spot(result[0], result[4], spot.t + 1, path, node, demo), result
+
+    def _expert_path(self, anchor: Hashable, plan: tuple[str, ...]) -> dict:
+        """anchor -> the rest of ``plan`` from the first state on its path with that anchor,
+        playing ``plan`` from the reset state (the live environment ends where it stops)."""
+        path: dict[Hashable, tuple[str, ...]] = {}
+        for t, action in enumerate(plan):
+            path.setdefault(anchor, plan[t:])
+            result = self.pool.step([(0, action)])[0]
+            anchor = result[4].get("anchor")
+            if result[2] or result[3]:
+                break
+        path.setdefault(anchor, ())
+        self.pool.reset([(0, self.seed, self.options)])
+        return path
+
+    def _demo_at(self, anchor: Hashable, own: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        """A spot's demonstration: its state's own (``demo_by_state``), else the expert's."""
+        if not self.demos:
+            return None
+        return own if self.demo_by_state else self._expert.get(anchor)
 
     def _demo(self) -> tuple[str, ...] | None:
         """The live environment's demonstration from where it is (``demos`` only)."""

