@@ -2,8 +2,8 @@
 rollout tokens/s, learner tokens/s and MFU, written to ``<out>/gpu.md``.
 
 ``python -m agentrl.bench gpu`` (or ``bash scripts/gpu_check.sh``) on a machine with a CUDA
-device, a CUDA build of torch and vLLM (``pip install -e ".[dev,vllm]"``). Three stages, each
-with its own time limit so the whole stays under 8 minutes; a failed stage is reported in the
+device, a CUDA build of torch and vLLM (``pip install -e ".[dev,vllm]"``). Four stages, each
+with its own time limit (at most about 13 minutes in all); a failed stage is reported in the
 file and makes the exit code 1, the others still run:
 
 1. ``pytest -m "vllm or gpu" tests/`` with ``AGENTRL_REQUIRE_VLLM=1`` (a vLLM that does not
