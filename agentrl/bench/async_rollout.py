@@ -433,13 +433,18 @@ def curves_section(head: str, quick: bool, cache: Path | None) -> str:
     seed of :data:`CURVES_SEEDS`; per k the training success and return over the last 5
     iterations (95% t-intervals over seeds), the mean success curve, and whether the intervals
     of every pair of k overlap."""
-    from agentrl.bench.async_staleness import CURVES_JOB, curves_overlap, learning_curves
+    from agentrl.bench.async_staleness import (
+        ASYNC_LOSS,
+        CURVES_JOB,
+        curves_overlap,
+        learning_curves,
+    )
     from agentrl.bench.stats import interval_cell
 
     ks, seeds, iters = ((0, 1), (0, 1), 2) if quick else (STALENESS_KS, CURVES_SEEDS, None)
     last = 1 if quick else 5
     runs = {
-        m: learning_curves(ks, seeds, iters, last, CURVES_JOB, m, cache)
+        m: learning_curves(ks, seeds, iters, last, CURVES_JOB, m, cache, ASYNC_LOSS)
         for m in ("env/success", "env/return")
     }
     success, ret = runs["env/success"], runs["env/return"]

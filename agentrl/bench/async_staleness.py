@@ -113,6 +113,10 @@ def episodes_per_iter(job: Sequence[str]) -> int:
 CURVES_JOB = ("trainer.eval_every=0", "trainer.progress=false", "trainer.save_every=0")
 """The default training job (``python -m agentrl.run``: 20 iterations of 8 tasks × 8 rollouts on
 6×6 Sokoban), without its held-out evaluations (they do not change training) or checkpoints."""
+ASYNC_LOSS = ("learner.loss=decoupled_ppo",)
+"""What runs with k >= 1 add: the loss for stale samples (the default ``ppo`` clips against
+the stale sampling policy itself, so tokens the learner has already moved past get no
+gradient)."""
 
 
 def learning_curves(
@@ -123,19 +127,22 @@ def learning_curves(
     job: Sequence[str] = DEFAULT_JOB,
     metric: str = "env/return",
     cache: Path | None = None,
+    async_extra: Sequence[str] = (),
 ) -> dict[int, dict]:
     """For each k: the per-seed curves of ``metric`` and the mean over the ``last`` iterations
     of each seed (the run's final level), with its 95% t-interval over seeds.
 
     ``iters`` None keeps the job's own ``trainer.steps``. With ``cache`` (a folder) each run's
     metric rows are kept there as ``k<k>-s<seed>.json`` and a run already there is not run
-    again, so an interrupted measurement resumes where it stopped."""
+    again, so an interrupted measurement resumes where it stopped. ``async_extra``: overrides
+    added to the runs with k >= 1 (:data:`ASYNC_LOSS`)."""
     out: dict[int, dict] = {}
     with tempfile.TemporaryDirectory(prefix="agentrl-async-curves-") as tmp:
         for k in ks:
             curves, finals = [], []
             for seed in seeds:
-                rows = _cached_run(job, iters, seed, k, Path(tmp), cache)
+                run_job = [*job, *(async_extra if k else ())]
+                rows = _cached_run(run_job, iters, seed, k, Path(tmp), cache)
                 curve = [r[metric] for r in rows if "iteration" in r and metric in r]
                 curves.append(curve)
                 finals.append(float(np.mean(curve[-last:])))
@@ -147,15 +154,18 @@ def learning_curves(
 def _cached_run(
     job: Sequence[str], iters: int | None, seed: int, k: int, tmp: Path, cache: Path | None
 ) -> list[dict]:
-    """The metric rows of one run of ``job`` (read from ``cache`` when it holds them)."""
-    name = f"k{k}-s{seed}"
+    """The metric rows of one run of ``job`` (read from ``cache`` when it holds them, under a
+    name that includes a hash of the run's overrides)."""
+    import hashlib
+
+    steps = [] if iters is None else [f"trainer.steps={iters}"]
+    overrides = [*job, *steps, f"trainer.seed={seed}", f"rollout.max_staleness={k}"]
+    digest = hashlib.sha1("\n".join(overrides).encode()).hexdigest()[:10]
+    name = f"k{k}-s{seed}-{digest}"
     stored = Path(cache) / f"{name}.json" if cache is not None else None
     if stored is not None and stored.is_file():
         return json.loads(stored.read_text())
-    steps = [] if iters is None else [f"trainer.steps={iters}"]
-    rows = train_rows(
-        [*job, *steps, f"trainer.seed={seed}", f"rollout.max_staleness={k}"], tmp / name
-    )
+    rows = train_rows(overrides, tmp / name)
     if cache is not None:
         Path(cache).mkdir(parents=True, exist_ok=True)
         (Path(cache) / f"{name}.json").write_text(json.dumps(rows))

@@ -117,8 +117,6 @@ def test_long_tail_lengths_differ_within_a_group_and_follow_the_tail():
 
 
 def test_curves_section_reads_cached_runs_and_reports_overlap(tmp_path, monkeypatch):
-    import json
-
     def rows(k, seed, n=20):
         base = 0.1 + 0.02 * seed  # seeds differ, every k learns alike
         return [{"iteration": 0}] + [
@@ -126,9 +124,19 @@ def test_curves_section_reads_cached_runs_and_reports_overlap(tmp_path, monkeypa
             for i in range(1, n + 1)
         ]
 
-    for k in (0, 1, 2):
-        for seed in range(5):
-            (tmp_path / f"k{k}-s{seed}.json").write_text(json.dumps(rows(k, seed)))
+    runs = []
+
+    def training(overrides, out_dir):
+        k = int(next(o for o in overrides if o.startswith("rollout.max_staleness="))[-1])
+        seed = int(next(o for o in overrides if o.startswith("trainer.seed="))[-1])
+        runs.append((k, seed, tuple(overrides)))
+        return rows(k, seed)
+
+    monkeypatch.setattr(st, "train_rows", training)
+    ar.curves_section("HEAD", quick=False, cache=tmp_path)
+    assert len(runs) == 15 and len(list(tmp_path.glob("k*-s*-*.json"))) == 15
+    # k >= 1 trains with the loss for stale samples; k = 0 is the default job itself.
+    assert all(("learner.loss=decoupled_ppo" in o) is (k > 0) for k, _, o in runs)
 
     def no_training(*a, **kw):
         raise AssertionError("a cached run was run again")

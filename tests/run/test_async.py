@@ -143,3 +143,17 @@ def test_sigkill_then_resume_trains_every_batch_exactly_once(tmp_path):
     assert first["rollout/policy_version"] == 2  # with the restored weights
     assert all(r["rollout/groups_dropped"] == 0 for r in rows)
     assert (out / "checkpoints" / "iter-000004").exists()
+
+
+def test_stale_samples_with_the_plain_ppo_loss_are_warned_about(tmp_path, caplog):
+    with caplog.at_level("WARNING", logger="agentrl"):
+        trainer = _trainer(tmp_path / "ppo", "rollout.max_staleness=1")
+        trainer.sampler.close()
+    assert any("learner.loss=decoupled_ppo is the loss" in r.message for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="agentrl"):
+        trainer = _trainer(
+            tmp_path / "dec", "rollout.max_staleness=1", "learner.loss=decoupled_ppo"
+        )
+        trainer.sampler.close()
+    assert not any("decoupled_ppo is the loss" in r.message for r in caplog.records)
