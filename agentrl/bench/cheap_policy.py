@@ -63,6 +63,10 @@ class TabularPolicy:
 
     def __init__(self):
         self.table: dict[Hashable, np.ndarray] = {}
+        self.cache: dict[Hashable, tuple] = {}
+        """What a player derives from a row (its sampling distribution), by key, with the row
+        it came from: valid while that row is the table's (rows are replaced, never changed
+        in place)."""
 
     def logits(
         self,
@@ -83,23 +87,26 @@ class TabularPolicy:
     def batch_logits(self, choices: Sequence[Choice]) -> tuple[torch.Tensor, Callable[[], None]]:
         """(N, A_max) logits of ``choices`` as one tensor that requires grad (padding: −inf),
         and the function that applies that tensor's gradient ascent to the table."""
-        keys = list(dict.fromkeys(c.key for c in choices))
+        where: dict[Hashable, int] = {}
+        index = [where.setdefault(c.key, len(where)) for c in choices]
+        keys = list(where)
         width = max(len(c.actions) for c in choices)
-        rows = torch.full((len(keys), width), -torch.inf, dtype=torch.float64)
-        for k, key in enumerate(keys):
-            row = self.table[key]
-            rows[k, : len(row)] = torch.from_numpy(row)
-        rows.requires_grad_(True)
-        where = {key: k for k, key in enumerate(keys)}
-        index = torch.tensor([where[c.key] for c in choices])
+        table = [self.table[key] for key in keys]
+        if all(len(row) == width for row in table):
+            values = np.array(table, dtype=np.float64).reshape(len(keys), width)
+        else:
+            values = np.full((len(keys), width), -np.inf)
+            for k, row in enumerate(table):
+                values[k, : len(row)] = row
+        rows = torch.from_numpy(values).requires_grad_(True)
 
         def apply(lr: float) -> None:
-            grad = rows.grad.numpy()
+            # Row by row, the arithmetic of ``row - lr * grad`` (padding left out).
+            new = values - lr * rows.grad.numpy()
             for k, key in enumerate(keys):
-                n = len(self.table[key])
-                self.table[key] = self.table[key] - lr * grad[k, :n]
+                self.table[key] = new[k, : len(table[k])]
 
-        return rows[index], apply
+        return rows[torch.tensor(index)], apply
 
     def state_size(self) -> int:
         return len(self.table)

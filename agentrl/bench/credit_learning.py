@@ -30,6 +30,7 @@ figure is its success AUC over environment steps (:func:`agentrl.bench.stats.auc
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -50,7 +51,7 @@ from agentrl.bench.credit_levels import (
     SyntheticEnv,
     policy_success,
 )
-from agentrl.credit.batch import Trajectory, TrajectoryGroup
+from agentrl.credit.batch import Step, Trajectory, TrajectoryGroup
 from agentrl.credit.estimators import estimator_config, get_estimator, list_estimators
 from agentrl.credit.stage import CreditStage
 from agentrl.rollout.loop import end_trajectory, record_step
@@ -290,39 +291,28 @@ def play(
     Returns the trajectory (its steps recorded as the trainer records them) and one
     :class:`Choice` per step (None for a step lost to a failing environment).
     """
-    setting = world.setting
     level = levels[level_index]
+    if isinstance(policy, TabularPolicy) and isinstance(level, MemoLevel):
+        return _play_memo(world, level_index, level, policy, rng)
+    setting = world.setting
     spot = level.reset()
     traj, choices = Trajectory(), []
     warm = setting.warm > 0 and setting.policy == "tabular"
     views = getattr(level, "views", None)  # memoised levels: one (actions, key) per node
+    cache = policy.cache if isinstance(policy, TabularPolicy) else None
     while True:
         view = None if views is None else views.get(spot.node)
         if view is None:
-            view = actions_of(spot.info), state_key(setting, level_index, spot.info)
-            if views is not None:
-                views[spot.node] = view
-        actions, key = view
-        prior = None
-        if warm:
-
-            def prior(key=key, spot=spot, actions=actions):
-                return world.prior(key, spot, actions)
-
-        logits = policy.logits(key, spot.obs, actions, prior).tolist()
-        # Softmax and inverse-CDF sampling in plain Python: a handful of actions per state,
-        # where numpy's per-call overhead would dominate.
-        top = max(logits)
-        z = [math.exp(x - top) for x in logits]
-        total = sum(z)
-        if rng is None:
-            index = logits.index(top)
-        else:
-            u, index = rng.random() * total, 0
-            while index < len(z) - 1 and u >= z[index]:
-                u -= z[index]
-                index += 1
-        logp = math.log(z[index] / total)
+            view = _view(setting, level_index, level, spot)
+        actions, key = view[:2]
+        dist = None if cache is None else cache.get(key)
+        if dist is None or dist[0] is not policy.table.get(key) or len(dist[1]) != len(actions):
+            dist = _distribution(world, policy, key, spot, actions, warm)
+        _, z, total, greedy, logps = dist
+        index = greedy if rng is None else _sample(rng, z, total)
+        logp = logps[index]
+        if logp is None:
+            logp = math.log(z[index] / total)
         nxt, result = level.step(spot, actions[index])
         step = record_step(
             result,
@@ -340,6 +330,173 @@ def play(
             end_trajectory(traj, result)
             return traj, choices
         spot = nxt
+
+
+def _play_memo(
+    world: World,
+    level_index: int,
+    level: MemoLevel,
+    policy: TabularPolicy,
+    rng: np.random.Generator | None,
+) -> tuple[Trajectory, list[Choice | None]]:
+    """:func:`play` for a tabular policy on a memoised level: the same episode, with what
+    repeats cached.
+
+    A step of the memo is a function of the node it leaves, the choice made there and (with
+    ``restore``) the step count, and :func:`record_step` is a pure function of that step and
+    of what the policy saw; so a memo edge's :class:`Step` is recorded once per (edge,
+    truncation) and copied with the step's own log-prob afterwards, and a :class:`Spot` is
+    built only where something reads it (a miss of the memo, a new state or a new row of the
+    policy). The softmax of a state is computed once per version of its row
+    (:func:`_distribution`).
+    """
+    setting = world.setting
+    warm = setting.warm > 0 and setting.policy == "tabular"
+    penalty = setting.invalid_penalty
+    views, edges, table, cache = level.views, level.edges, policy.table, policy.cache
+    restore, max_steps = level.restore is not None, level.max_steps
+    spot: Spot | None = level.reset()
+    node, t, path = spot.node, spot.t, spot.path
+    traj, choices = Trajectory(), []
+    steps = traj.steps
+    while True:
+        view = views.get(node)
+        if view is None:
+            if spot is None:
+                spot = level.reach(node, t, path)[0]
+            view = _view(setting, level_index, level, spot)
+        actions, key, obs, edge_of = view
+        dist = cache.get(key)
+        if dist is None or dist[0] is not table.get(key) or len(dist[1]) != len(actions):
+            if spot is None:
+                spot = level.reach(node, t, path)[0]
+            dist = _distribution(world, policy, key, spot, actions, warm)
+        _, z, total, greedy, logps = dist
+        if rng is None:
+            index = greedy
+        else:  # _sample, inline: this loop runs for every step of the benchmark
+            u, index, last = rng.random() * total, 0, len(z) - 1
+            while index < last and u >= z[index]:
+                u -= z[index]
+                index += 1
+        logp = logps[index]
+        if logp is None:
+            logp = math.log(z[index] / total)
+        action = actions[index]
+        t1 = t + 1
+        edge = edges.get((edge_of, index))
+        nxt = result = None
+        if edge is None:
+            if spot is None:
+                spot = level.reach(node, t, path)[0]
+            nxt, result = level.step(spot, action)
+            edge = edges[(edge_of, index)] = (nxt.node, {})
+        next_node, templates = edge
+        next_path = (path, action) if nxt is None else nxt.path
+        # With ``restore`` a step's result depends on the step count only through truncation.
+        tkey = restore and t1 >= max_steps
+        template = templates.get(tkey)
+        if template is None:
+            if spot is None:
+                spot = level.reach(node, t, path)[0]
+            if result is None:
+                result = level.reach(next_node, t1, next_path)[1]
+            step = record_step(
+                result,
+                anchor=spot.info.get("anchor"),
+                observation=obs,
+                parsed=True,
+                invalid_penalty=penalty,
+                prompt_text=obs,
+                response_text=action,
+                logprobs=[logp],
+            )
+            templates[tkey] = _template(step)
+        else:
+            step = _copy_step(template, logp)
+        steps.append(step)
+        choices.append(None if step.lost else Choice(key, obs, actions, index, logp))
+        if step.terminated or step.truncated:
+            if result is None:
+                result = level.reach(next_node, t1, next_path)[1]
+            end_trajectory(traj, result)
+            return traj, choices
+        node, t, path, spot = next_node, t1, next_path, nxt
+
+
+def _view(setting: Setting, level_index: int, level, spot: Spot) -> tuple:
+    """What the player derives from the state of ``spot``: its actions, its key, its
+    observation and (memoised levels) the edges its steps share. With ``restore`` the memo
+    answers a step by the state's anchor and the action, so the nodes whose anchor,
+    observation and actions agree share their edges; otherwise a node's edges are its own.
+    Cached in a memoised level's ``views`` by node."""
+    actions = actions_of(spot.info)
+    edge_of = spot.node
+    if getattr(level, "restore", None) is not None:
+        shared = level.edge_classes
+        edge_of = shared.setdefault((spot.info.get("anchor"), spot.obs, actions), -len(shared) - 1)
+    view = actions, state_key(setting, level_index, spot.info), spot.obs, edge_of
+    views = getattr(level, "views", None)
+    if views is not None:
+        views[spot.node] = view
+    return view
+
+
+def _distribution(
+    world: World, policy, key: Hashable, spot: Spot, actions: Sequence[str], warm: bool
+) -> tuple:
+    """The policy's distribution over ``actions`` in ``spot``, as the player samples it:
+    (row, exp(logit − max logit) per action, their sum, the greedy index (the first maximum),
+    each action's log-probability (None where it underflows: computed again, and raising, only
+    if chosen)). Cached in a tabular policy's ``cache`` under ``key`` with the row it came from
+    (valid while that row is the policy's)."""
+    prior = None
+    if warm:
+
+        def prior(key=key, spot=spot, actions=actions):
+            return world.prior(key, spot, actions)
+
+    row = policy.logits(key, spot.obs, actions, prior)
+    logits = row.tolist()
+    # Softmax and inverse-CDF sampling in plain Python: a handful of actions per state, where
+    # numpy's per-call overhead would dominate.
+    top = max(logits)
+    z = [math.exp(x - top) for x in logits]
+    total = sum(z)
+    logps = [math.log(p / total) if p / total > 0 else None for p in z]
+    out = (row, z, total, logits.index(top), logps)
+    if isinstance(policy, TabularPolicy):
+        policy.cache[key] = out
+    return out
+
+
+def _sample(rng: np.random.Generator, z: Sequence[float], total: float) -> int:
+    """Inverse-CDF sampling of an index with weights ``z`` (summing to ``total``)."""
+    u, index = rng.random() * total, 0
+    while index < len(z) - 1 and u >= z[index]:
+        u -= z[index]
+        index += 1
+    return index
+
+
+def _template(step: Step) -> dict:
+    """What :func:`_copy_step` copies: the fields of ``step``, its mutable ones copied."""
+    fields = dict(step.__dict__)
+    fields["costs"] = None if step.costs is None else dict(step.costs)
+    return fields
+
+
+def _copy_step(template: dict, logp: float) -> Step:
+    """A :class:`Step` with the fields of ``template`` (fresh lists and dicts) and the sampling
+    log-prob ``logp``."""
+    step = Step.__new__(Step)
+    fields = template.copy()
+    fields["prompt_ids"], fields["response_ids"], fields["logprobs"] = [], [], [logp]
+    costs = fields["costs"]
+    if costs is not None:
+        fields["costs"] = costs.copy()
+    step.__dict__ = fields
+    return step
 
 
 def make_policy(setting: Setting):
@@ -458,7 +615,7 @@ def train_run(
                     env=setting.env,
                 )
             )
-        if get_estimator(method).needs_scorer:
+        if stage.spec.needs_scorer:
             from agentrl.credit.synthetic import SyntheticScorer
 
             stage.scorer = SyntheticScorer(replace(world.mdp, mu=policy_matrix(policy, world.mdp)))
@@ -541,7 +698,23 @@ def run_job(job: Job, setting: Setting) -> list[RunResult]:
 
     torch.set_num_threads(1)
     world = World(setting, job.seed)
-    return [train_run(world, m, job.protocol, lr) for m, lr in job.runs]
+    # The world's memo (and the imported modules) are hundreds of thousands of long-lived
+    # objects that the collector's full passes would scan again and again, for a third of a
+    # run's time: each run starts with them frozen out of its scans (and fewer passes), and
+    # the job hands them back at its end. The garbage of earlier jobs is collected first, so
+    # that no freeze keeps it.
+    gc.collect()
+    threshold = gc.get_threshold()
+    gc.set_threshold(10_000, 10, 10)
+    try:
+        out = []
+        for m, lr in job.runs:
+            gc.freeze()
+            out.append(train_run(world, m, job.protocol, lr))
+        return out
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*threshold)
 
 
 def run_jobs(jobs: Sequence[tuple[Job, Setting]], workers: int, log=print) -> list[RunResult]:

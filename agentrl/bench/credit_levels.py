@@ -18,6 +18,7 @@ iteration over the horizon.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,10 @@ from agentrl.rollout.env_pool import InlinePool, StepResult
 Path = tuple | None
 """The actions of an episode so far as a linked list ``(previous path, action)``; None at the
 reset state. One object per spot, so the live environment's position is known by identity."""
+
+
+_NOWHERE = object()
+"""The live environment is at no known anchor."""
 
 
 @dataclass(frozen=True)
@@ -65,11 +70,13 @@ class MemoLevel:
         restore: for an environment whose anchor is its whole state, the reset options that
             start an episode in the state of a given anchor. The memo is then keyed by
             (anchor, action), shared by every history that reaches the state, and a miss costs
-            one reset and one step instead of a replay. The step count, the one part of a
-            result that depends on the history, is set from the episode: ``info["step"]`` and
-            ``truncated`` (not terminated and ``max_steps`` reached), as
-            :class:`~agentrl.env_api.TextEnv` sets them. Without ``restore`` the memo is keyed
-            by the whole action history.
+            one reset and one step instead of a replay (only the step when the live
+            environment is in that state already, its episode running). The step count, the
+            one part of a result that depends on the history, is set from the episode:
+            ``info["step"]`` and ``truncated`` (not terminated and ``max_steps`` reached), as
+            :class:`~agentrl.env_api.TextEnv` sets them. The options of an anchor are computed
+            once and reused. Without ``restore`` the memo is keyed by the whole action
+            history.
         demos: record the environment's demonstration in every spot (``Spot.demo``).
         demo_by_state: whether the environment's ``demonstration()`` is a function of the
             state its anchor names (Sokoban's planner, WebShop's shopper). Then every spot gets
@@ -104,7 +111,17 @@ class MemoLevel:
             self._expert = self._expert_path(info.get("anchor"), root_demo)
         self.root = Spot(obs, info, demo=self._demo_at(info.get("anchor"), root_demo))
         self._memo: dict[tuple, tuple[int, StepResult, tuple[str, ...] | None]] = {}
+        self._nodes: dict[int, tuple[int, StepResult, tuple[str, ...] | None]] = {}
+        """The memo's entries by node."""
         self._at: Path | bool = None  # the path the live environment is at (False: unknown)
+        self._live: Hashable = _NOWHERE
+        """With ``restore``: the anchor of the live environment's state while its episode runs
+        (not ended by the environment's own flags). The anchor being the whole state and the
+        step count, the one thing a restored episode starts afresh, being set from the episode
+        (see ``restore``), a step from there gives what a step after a reset into that state
+        gives, so the reset is skipped."""
+        self._restored: dict[Hashable, dict] = {}
+        """``restore``'s reset options by anchor (a function of the level and the anchor)."""
         # Demonstrations by anchor: a planner run costs milliseconds (WebShop searches), and a
         # warm start reads one demonstration per (level, anchor) anyway.
         self._demos: dict[Hashable, tuple[str, ...] | None] = {info.get("anchor"): self.root.demo}
@@ -112,6 +129,12 @@ class MemoLevel:
         self.views: dict[int, Any] = {}
         """What a player derives from a node's state (its choices), cached by the player: a
         node's result never changes."""
+        self.edges: dict[tuple[int, int], Any] = {}
+        """What a player derives from a step it took (by the node, or the class of nodes the
+        memo answers alike, and the index of its choice there), cached by the player: the
+        memo answers that step the same way every time."""
+        self.edge_classes: dict[Hashable, int] = {}
+        """The player's classes of nodes that share their edges (see ``edges``)."""
 
     def reset(self) -> Spot:
         return self.root
@@ -134,14 +157,22 @@ class MemoLevel:
             hit = (len(self._memo) + 1, result, demo)
             self._memo[key] = hit
             self._at = False if self.restore else path
+            if self.restore:
+                running = not (result[2] or result[3]) and "worker_error" not in result[4]
+                self._live = anchor if running else _NOWHERE
             self.misses += 1
-        node, result, demo = hit
+            self._nodes[hit[0]] = hit
+        return self.reach(hit[0], spot.t + 1, path)
+
+    def reach(self, node: int, t: int, path: Path) -> tuple[Spot, StepResult]:
+        """The spot and result :meth:`step` returns when its step reaches the memo's ``node``
+        (a node some step has reached already) at step ``t`` along ``path``."""
+        _, result, demo = self._nodes[node]
         if self.restore:
             obs, reward, terminated, _, info = result
-            t = spot.t + 1
             truncated = not terminated and t >= self.max_steps
             result = (obs, reward, terminated, truncated, {**info, "step": t})
-        return Spot(result[0], result[4], spot.t + 1, path, node, demo), result
+        return Spot(result[0], result[4], t, path, node, demo), result
 
     def _expert_path(self, anchor: Hashable, plan: tuple[str, ...]) -> dict:
         """anchor -> the rest of ``plan`` from the first state on its path with that anchor,
@@ -174,10 +205,16 @@ class MemoLevel:
         """Put the live environment at ``spot``: a reset into its state (``restore``), else a
         reset and a replay of its actions when the environment is elsewhere."""
         if self.restore:
-            options = self.restore(self.env.unwrapped, spot.info.get("anchor"))
+            anchor = spot.info.get("anchor")
+            if self._live is not _NOWHERE and self._live == anchor:
+                return  # already there, its episode still running (see ``_live``)
+            options = self._restored.get(anchor)
+            if options is None:
+                options = self._restored[anchor] = self.restore(self.env.unwrapped, anchor)
             # No seed: the options give the whole state, and re-seeding the environment's
             # generator costs more than the step itself.
             self.pool.reset([(0, None, options)])
+            self._live = anchor
             return
         if self._at is spot.path:
             return
@@ -289,6 +326,17 @@ class SyntheticEnv(TextEnv):
         self._state = 0
         self._outcome: str | None = None
         self._draw = np.random.default_rng(0)
+        self._names = mdp.action_names
+        # Generator.choice(n, p=q) draws one uniform u and returns the first index whose
+        # normalised cumulative sum exceeds u; the same arithmetic, done once per row, spares
+        # its per-call checks (most of a step's cost).
+        self._cdf = [[_cdf(mdp.P[s, a]) for a in range(mdp.n_actions)] for s in range(mdp.n_states)]
+        self._initial_cdf = _cdf(mdp.initial)
+        self._starts: dict[int, int] = {}  # the start state drawn for each reset seed
+        # The generator of episode (seed, i) as it starts (a bit generator's state): setting
+        # it costs a tenth of seeding a new one, and every run of a level replays them.
+        self._draw_states: dict[tuple[int, int], dict] = {}
+        self._replay = np.random.Generator(np.random.PCG64(0))
 
     def restart_draws(self) -> None:
         """Number the episodes from 0 again: the next episodes repeat the draws of the first
@@ -297,18 +345,30 @@ class SyntheticEnv(TextEnv):
 
     def _reset(self, options: dict[str, Any] | None) -> str:
         seed = int(self.np_random.integers(2**31))  # the reset seed's stream, as other envs
-        self._state = int(np.random.default_rng(seed).choice(self.mdp.n_states, p=self.mdp.initial))
-        self._draw = np.random.default_rng((seed, self._episodes))
+        start = self._starts.get(seed)
+        if start is None:
+            start = bisect_right(self._initial_cdf, np.random.default_rng(seed).random())
+            self._starts[seed] = start
+        self._state = start
+        key = (seed, self._episodes)
+        state = self._draw_states.get(key)
+        if state is None:
+            self._draw = np.random.default_rng(key)
+            if len(self._draw_states) < 100_000:
+                self._draw_states[key] = self._draw.bit_generator.state
+        else:
+            self._replay.bit_generator.state = state
+            self._draw = self._replay
         self._episodes += 1
         self._outcome = None
         return f"state {self._state}"
 
     def _step(self, action: str) -> Transition:
-        names = self.mdp.action_names
+        names = self._names
         if action not in names:
             return Transition(f"state {self._state}", 0.0, False, False, None)
         a = names.index(action)
-        x = int(self._draw.choice(self.mdp.n_states + 2, p=self.mdp.P[self._state, a]))
+        x = bisect_right(self._cdf[self._state][a], self._draw.random())
         if x == self.mdp.success:
             self._outcome = "success"
             return Transition("success", 1.0, True, True, action)
@@ -325,10 +385,18 @@ class SyntheticEnv(TextEnv):
         return self._outcome == "success"
 
     def _admissible(self) -> list[str] | None:
-        return list(self.mdp.action_names)
+        return list(self._names)
 
     def _task(self) -> str:
         return "Reach success."
+
+
+def _cdf(p: np.ndarray) -> list[float]:
+    """The cumulative distribution ``Generator.choice(len(p), p=p)`` samples by (its own
+    arithmetic: the cumulative sum divided by its last value)."""
+    cdf = np.asarray(p, dtype=np.float64).cumsum()
+    cdf /= cdf[-1]
+    return cdf.tolist()
 
 
 def optimal_success(mdp: SyntheticMDP) -> float:

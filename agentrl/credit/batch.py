@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import operator
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -388,46 +389,20 @@ class StepBatch:
             ValueError: a step's reward is NaN or infinite; the message names the environment,
                 the seed, the trajectory and the step.
         """
-        anchors: dict[tuple[int, Hashable], int] = {}
-        actions: dict[str, int] = {}
-        cols: dict[str, list] = {
-            k: []
-            for k in ("reward", "traj", "t", "anchor", "action", "valid", "term", "trunc", "nll")
-        }
         traj_group, traj_won, traj_lost, final_obs, final_prompts = [], [], [], [], []
-        prompts, responses, clusters = [], [], []
-        costs: list[Mapping[str, float] | None] = []
-        rubric: list[float | None] = []
+        clusters = []
+        steps: list[Step] = []
+        step_group: list[int] = []
+        step_traj: list[int] = []
+        step_t: list[int] = []
         m = 0
         for g, group in enumerate(groups):
-            for i, traj in enumerate(group.trajectories):
-                for t, s in enumerate(traj.steps):
-                    if not math.isfinite(s.reward):
-                        raise ValueError(
-                            f"non-finite reward {s.reward!r} from environment "
-                            f"{group.env or '<unknown>'!r}, seed {group.seed}, at step {t} "
-                            f"(0-based) of trajectory {i} of group {g} (task {group.task!r}); "
-                            "the environment must return finite rewards"
-                        )
-                    name = s.action if (s.valid and s.action is not None) else INVALID_ACTION
-                    cols["reward"].append(s.reward)
-                    cols["traj"].append(m)
-                    cols["t"].append(t)
-                    cols["anchor"].append(anchors.setdefault((g, s.anchor), len(anchors)))
-                    cols["action"].append(actions.setdefault(name, len(actions)))
-                    cols["valid"].append(s.valid)
-                    cols["term"].append(s.terminated)
-                    cols["trunc"].append(s.truncated)
-                    lp = s.logprobs
-                    # np.mean's call overhead dominates for one-value lists (cheap policies);
-                    # the mean of one value is that value exactly.
-                    cols["nll"].append(
-                        -float(lp[0]) if len(lp) == 1 else -float(np.mean(lp)) if lp else np.nan
-                    )
-                    prompts.append(s.prompt_text)
-                    responses.append(s.response_text)
-                    costs.append(s.costs)
-                    rubric.append(s.rubric_reward)
+            for traj in group.trajectories:
+                n = len(traj.steps)
+                steps += traj.steps
+                step_group += [g] * n
+                step_traj += [m] * n
+                step_t += range(n)
                 traj_group.append(g)
                 final_obs.append(traj.final_obs)
                 final_prompts.append(traj.final_prompt)
@@ -436,12 +411,50 @@ class StepBatch:
                 m += 1
             types = [t.task_type for t in group.trajectories if t.task_type]
             clusters.append(cluster_key(group.task, types[0] if types else None))
+        # Column by column over all the steps at once: a cheap policy's batch has thousands of
+        # steps, and per-step appends cost more than most estimators.
+        columns = list(zip(*map(_STEP_COLUMNS, steps))) if steps else [()] * 11
+        rewards, step_anchors, acts, valids, terms, truncs, logprobs = columns[:7]
+        prompts, responses, costs, rubric = columns[7:]
+        isfinite = math.isfinite
+        if not all(map(isfinite, rewards)):
+            n = next(n for n, r in enumerate(rewards) if not isfinite(r))
+            group = groups[step_group[n]]
+            i = step_traj[n] - traj_group.index(step_group[n])
+            raise ValueError(
+                f"non-finite reward {rewards[n]!r} from environment "
+                f"{group.env or '<unknown>'!r}, seed {group.seed}, at step {step_t[n]} "
+                f"(0-based) of trajectory {i} of group {step_group[n]} (task {group.task!r}); "
+                "the environment must return finite rewards"
+            )
+        anchors: dict[tuple[int, Hashable], int] = {}
+        actions: dict[str, int] = {}
+        cols = {
+            "reward": rewards,
+            "traj": step_traj,
+            "t": step_t,
+            "anchor": [anchors.setdefault(k, len(anchors)) for k in zip(step_group, step_anchors)],
+            "action": [
+                actions.setdefault(
+                    a if (v and a is not None) else INVALID_ACTION,
+                    len(actions),
+                )
+                for a, v in zip(acts, valids)
+            ],
+            "valid": valids,
+            "term": terms,
+            "trunc": truncs,
+            # np.mean's call overhead dominates for one-value lists (cheap policies); the mean
+            # of one value is that value exactly.
+            "nll": [
+                -float(lp[0]) if len(lp) == 1 else -float(np.mean(lp)) if lp else np.nan
+                for lp in logprobs
+            ],
+        }
         names = tuple(sorted({k for c in costs if c for k in c}))
-        column = {k: j for j, k in enumerate(names)}
         step_cost = np.zeros((len(costs), len(names)))
-        for n, c in enumerate(costs):
-            for k, v in (c or {}).items():
-                step_cost[n, column[k]] = v
+        for j, k in enumerate(names):
+            step_cost[:, j] = [c.get(k, 0.0) if c else 0.0 for c in costs]
         return StepBatch(
             step_reward=np.asarray(cols["reward"], dtype=np.float64),
             step_traj=np.asarray(cols["traj"], dtype=np.int64),
@@ -468,6 +481,22 @@ class StepBatch:
             if all(r is None for r in rubric)
             else np.array([0.0 if r is None else r for r in rubric], dtype=np.float64),
         )
+
+
+_STEP_COLUMNS = operator.attrgetter(
+    "reward",
+    "anchor",
+    "action",
+    "valid",
+    "terminated",
+    "truncated",
+    "logprobs",
+    "prompt_text",
+    "response_text",
+    "costs",
+    "rubric_reward",
+)
+"""What :meth:`StepBatch.from_groups` reads of a step."""
 
 
 def flat_steps(groups: Sequence[TrajectoryGroup]) -> list[Step]:

@@ -316,6 +316,23 @@ def _scattered(
     return out
 
 
+_LEAVES = frozenset({type(None), bool, int, float, str})
+
+
+def _plain(obj: Any) -> bool:
+    """Whether :func:`check_state` accepts ``obj``."""
+    kind = type(obj)
+    if kind in _LEAVES:
+        return True
+    if kind is list or kind is tuple:
+        return all(type(v) in _LEAVES or _plain(v) for v in obj)
+    if kind is dict:
+        return all(type(k) is str for k in obj) and all(
+            type(v) in _LEAVES or _plain(v) for v in obj.values()
+        )
+    return False
+
+
 def check_state(obj: Any, path: str = "state") -> None:
     """Raise ``TypeError`` unless ``obj`` is plain data that a checkpoint can hold.
 
@@ -323,6 +340,8 @@ def check_state(obj: Any, path: str = "state") -> None:
     data — what ``torch.load(weights_only=True)`` reads back exactly. numpy scalars and arrays
     are refused (convert them with ``float(x)`` / ``x.tolist()``).
     """
+    if _plain(obj):  # the common case, without building the paths of the messages
+        return
     if obj is None or type(obj) in (bool, int, float, str):
         return
     if type(obj) in (list, tuple):

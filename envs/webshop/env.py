@@ -49,6 +49,7 @@ the split.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import Hashable
@@ -255,6 +256,7 @@ def parse_action(text: str) -> tuple[str, str] | None:
     return m.group(1).lower(), _SPACES.sub(" ", m.group(2).strip().lower())
 
 
+@functools.lru_cache(maxsize=1 << 16)  # product names and option values: they repeat
 def _normalize(text: str) -> str:
     return _SPACES.sub(" ", text.strip().lower())
 
