@@ -582,30 +582,21 @@ def run(out_dir: str = SCRATCH, quick: bool = False, argv: list[str] | None = No
         from agentrl.rollout.ray_pool import shutdown_local_ray
 
         shutdown_local_ray()
+
+    def trainer_head(t0: float) -> str:
+        # A training section's own opening lines: agentrl's version and its wall time.
+        wall = time.perf_counter() - t0
+        extra = f"{start}; section wall time {wall / 60:.1f} min."
+        return header(("agentrl", *PACKAGES), command, quick, note, extra=extra)
+
     if "staleness" in chosen:
         t0 = time.perf_counter()
         rows, iters, reps = staleness_rows(quick)
-        wall = time.perf_counter() - t0
-        h = header(
-            ("agentrl", *PACKAGES),
-            command,
-            quick,
-            note,
-            extra=f"{start}; section wall time {wall / 60:.1f} min.",
-        )
-        measured[STALENESS] = staleness_section(rows, iters, reps, h)
+        measured[STALENESS] = staleness_section(rows, iters, reps, trainer_head(t0))
     if "curves" in chosen:
         t0 = time.perf_counter()
         body = curves_section("@@head@@", quick, args.curves_cache)
-        wall = time.perf_counter() - t0
-        h = header(
-            ("agentrl", *PACKAGES),
-            command,
-            quick,
-            note,
-            extra=f"{start}; section wall time {wall / 60:.1f} min.",
-        )
-        measured[CURVES] = body.replace("@@head@@", h, 1)
+        measured[CURVES] = body.replace("@@head@@", trainer_head(t0), 1)
     measured = {split_sections(t)[1][0][0]: t for t in measured.values()}
     path = Path(out_dir) / "async.md"
     return merge_report(path, measured, header(PACKAGES, COMMAND, quick, note), partial)
