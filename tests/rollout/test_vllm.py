@@ -505,6 +505,7 @@ def test_train_two_iterations_with_vllm_then_resume(tmp_path):
     assert all(r["perf/gen_tokens_per_s"] > 0 for r in rows[1:])
 
 
+@pytest.mark.slow
 def test_async_training_with_vllm_partial_and_continuous(tmp_path):
     """rollout.max_staleness=1 with partial rollouts, continuous mode and the vLLM engine: a
     producer thread plays ahead through the engine's request queue while the learner updates;
