@@ -329,3 +329,23 @@ def test_an_exception_on_one_rank_ends_the_job_at_once(tmp_path):
     assert took < 90, f"the job ended {took:.0f} s after the failure"
     first = output.index("rank 1 of 2 failed (RuntimeError: injected failure on rank 1)")
     assert "rank 0 of 2 failed" not in output[:first]
+
+
+@pytest.mark.slow
+def test_torchrun_two_ranks_asynchronous_with_partial_rollouts(tmp_path):
+    """``rollout.max_staleness=1 rollout.partial=true`` under torchrun: each rank's producer
+    plays its share ahead; the staleness metrics are reduced over the ranks, every step is
+    within the bound and nothing is dropped."""
+    out = tmp_path / "async"
+    extra = ["rollout.max_staleness=1", "rollout.partial=true", "learner.loss=decoupled_ppo"]
+    run_agentrl([*RUN_ARGS, *extra], out, timeout=300, env=ENV, launcher=TORCHRUN)
+    rows = _rows(out)
+    assert sorted(rows) == [1, 2, 3]
+    for r in rows.values():
+        assert r["rollout/groups_dropped"] == 0
+        assert r["rollout/staleness_max"] <= 1
+        assert r["rollout/staleness_0"] + r["rollout/staleness_1"] == pytest.approx(1.0)
+        assert 0.0 <= r["rollout/mixed_version_episodes"] <= 1.0
+    assert rows[1]["rollout/staleness_0"] == 1.0  # the first batch: the initial weights
+    ckpt = out / "checkpoints" / "iter-000003"
+    assert {"trainer_state_rank0.pt", "trainer_state_rank1.pt"} <= {p.name for p in ckpt.iterdir()}
