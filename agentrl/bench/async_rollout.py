@@ -443,10 +443,16 @@ def curves_section(head: str, quick: bool, cache: Path | None) -> str:
 
     ks, seeds, iters = ((0, 1), (0, 1), 2) if quick else (STALENESS_KS, CURVES_SEEDS, None)
     last = 1 if quick else 5
-    runs = {
-        m: learning_curves(ks, seeds, iters, last, CURVES_JOB, m, cache, ASYNC_LOSS)
-        for m in ("env/success", "env/return")
-    }
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="agentrl-curves-") as tmp:
+        # Both metrics come from the same runs: the second pass reads the first's from the
+        # cache (a temporary one when none is given), never trains them again.
+        kept = cache if cache is not None else Path(tmp)
+        runs = {
+            m: learning_curves(ks, seeds, iters, last, CURVES_JOB, m, kept, ASYNC_LOSS)
+            for m in ("env/success", "env/return")
+        }
     success, ret = runs["env/success"], runs["env/return"]
     n_iter = min(len(c) for v in success.values() for c in v["curves"])
     marks = sorted({1, *range(5, n_iter + 1, 5), n_iter})

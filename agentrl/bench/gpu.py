@@ -97,16 +97,7 @@ def _train_overrides() -> list[str]:
 
 
 def _stage_train(work: Path) -> tuple[bool, dict]:
-    overrides = [f"{k}={v}" for k, v in ARCH.items()] + [
-        "rollout.backend=vllm",
-        "rollout.vllm_gpu_memory_utilization=0.3",
-        "rollout.max_new_tokens=32",
-        "learner.lr=1e-5",
-        "trainer.steps=2",
-        "trainer.eval_every=0",
-        "trainer.save_every=0",
-        "trainer.progress=false",
-    ]
+    overrides = [*_train_overrides(), "trainer.steps=2"]
     out = work / "train"
     try:
         wall = run_agentrl(overrides, out, timeout=TRAIN_TIMEOUT_S)

@@ -168,3 +168,15 @@ def test_gpu_rollout_mode_rows_run_on_cpu_with_the_tiny_model(tmp_path):
     assert rows[0]["staleness"] == 0.0 and 0.0 < rows[2]["staleness"] <= 1.0
     table = gpu.modes_markdown(rows)
     assert "| lock-step |" in table and "1.00×" in table
+
+
+def test_curves_section_without_a_cache_trains_each_run_once(monkeypatch):
+    calls = []
+
+    def training(overrides, out_dir):
+        calls.append(tuple(overrides))
+        return [{"iteration": i, "env/success": 0.1, "env/return": 0.1} for i in range(1, 3)]
+
+    monkeypatch.setattr(st, "train_rows", training)
+    ar.curves_section("HEAD", quick=True, cache=None)
+    assert len(calls) == len(set(calls)) == 4  # quick: k in {0, 1} × 2 seeds, one run each
