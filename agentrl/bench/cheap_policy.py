@@ -9,10 +9,13 @@ same environments, through the same batches:
   state's admissible actions. A state first met gets its logits from a *prior* (uniform, or a
   warm start that mixes the environment's demonstration with uniform), so every method of a
   seed starts from the same policy.
-- :class:`LinearPolicy`: logits linear in hashed features of (observation text, action): a
-  token's position and text (a Sokoban grid cell) and the bag of its words, each crossed with
-  the action. States never seen still get a distribution, and observations that differ only in
-  irrelevant words share what was learned.
+- :class:`LinearPolicy`: logits linear in hashed features of (observation text, action), each
+  crossed with the action: the bag of its words and, where the text draws a grid (a Sokoban
+  room), the cells around each one-of-a-kind symbol (the player) and the direction to the
+  nearest cell of every other kind, all relative to that symbol (text without a grid: each
+  token with its position). States never seen, such as held-out levels, still get a
+  distribution, and what was learned about a neighbourhood carries over to every room that
+  has it.
 
 Both are updated by :func:`policy_gradient_step`: the learner's own surrogate
 (:func:`agentrl.learn.losses.clipped_surrogate`, aggregated as a mean over steps) on the
@@ -116,36 +119,115 @@ def _bucket(text: str, buckets: int) -> int:
     return zlib.crc32(text.encode()) % buckets
 
 
+STEPS = {"n": (-1, 0), "s": (1, 0), "w": (0, -1), "e": (0, 1)}
+"""The four grid neighbours, by compass direction (rows grow southwards)."""
+
+
+def text_grid(observation: str) -> list[list[str]]:
+    """The grid an observation draws: the longest run (at least 3) of consecutive lines with
+    the same number (at least 3) of whitespace-separated tokens, as rows of tokens; [] when
+    there is none. A Sokoban room is one; its legend line is not part of it."""
+    best: list[list[str]] = []
+    run: list[list[str]] = []
+    for line in observation.splitlines():
+        tokens = line.split()
+        if len(tokens) < 3:
+            run = []
+            continue
+        run = [*run, tokens] if run and len(tokens) == len(run[0]) else [tokens]
+        if len(run) > len(best):
+            best = run
+    return best if len(best) >= 3 else []
+
+
+def grid_features(grid: Sequence[Sequence[str]], radius: int = 2) -> list[str]:
+    """Features of a grid relative to each symbol that occurs once in it (the agent: ``P`` in
+    a Sokoban room), so that they mean the same in every room:
+
+    - ``<m>(dr,dc)=<t>``: the token ``t`` at offset (dr, dc) within ``radius`` (``|`` off the
+      grid);
+    - ``<m>><d>=<t1><t2>``: the next two tokens in direction ``d`` (what a move or a push
+      there meets);
+    - ``<m>~<t>=(sr,sc)``: the signs of the offset to the nearest ``t`` (Manhattan), for every
+      token kind that fills at most a quarter of the grid (boxes and targets, not walls).
+    """
+    h, w = len(grid), len(grid[0]) if grid else 0
+    cells: dict[str, list[tuple[int, int]]] = {}
+    for r, row in enumerate(grid):
+        for c, t in enumerate(row):
+            cells.setdefault(t, []).append((r, c))
+
+    def at(r: int, c: int) -> str:
+        return grid[r][c] if 0 <= r < h and 0 <= c < w else "|"
+
+    out: list[str] = []
+    for m, where in cells.items():
+        if len(where) != 1:
+            continue
+        (r0, c0) = where[0]
+        out += [
+            f"{m}({dr},{dc})={at(r0 + dr, c0 + dc)}"
+            for dr in range(-radius, radius + 1)
+            for dc in range(-radius, radius + 1)
+            if dr or dc
+        ]
+        out += [
+            f"{m}>{d}={at(r0 + dr, c0 + dc)}{at(r0 + 2 * dr, c0 + 2 * dc)}"
+            for d, (dr, dc) in STEPS.items()
+        ]
+        for t, spots in cells.items():
+            if t != m and len(spots) <= h * w // 4:
+                r, c = min(spots, key=lambda p: abs(p[0] - r0) + abs(p[1] - c0))
+                out.append(f"{m}~{t}=({(r > r0) - (r < r0)},{(c > c0) - (c < c0)})")
+    return out
+
+
 class LinearPolicy:
     """Logits linear in hashed (feature, action) pairs of the observation text (see the module).
 
-    Features of an observation: each whitespace token with its position (``p<i>=<tok>``, up to
-    ``max_positions``), each distinct token (``w=<tok>``) and a bias; logit(s, a) is the sum of
-    the weights of the buckets ``crc32(feature | a) mod buckets``. Weights start at 0 (uniform).
+    Features of an observation: a bias, each distinct token (``w=<tok>``), and either the
+    :func:`grid_features` of the grid it draws (:func:`text_grid`) or, for text without one,
+    each token with its position (``p<i>=<tok>``, up to ``max_positions``). logit(s, a) is the
+    sum of the weights of the buckets ``crc32(feature | a) mod buckets``. Weights start at 0
+    (uniform).
     """
 
-    def __init__(self, buckets: int = 1 << 16, max_positions: int = 400):
-        self.buckets, self.max_positions = buckets, max_positions
+    def __init__(self, buckets: int = 1 << 16, max_positions: int = 400, radius: int = 2):
+        self.buckets, self.max_positions, self.radius = buckets, max_positions, radius
         self.weights = np.zeros(buckets)
         self._features: dict[str, list[str]] = {}
+        self._indices: dict[tuple[str, tuple[str, ...]], np.ndarray] = {}
 
     def features(self, observation: str) -> list[str]:
         cached = self._features.get(observation)
         if cached is None:
             tokens = observation.split()
-            cached = ["bias"]
-            cached += [f"p{i}={t}" for i, t in enumerate(tokens[: self.max_positions])]
-            cached += [f"w={t}" for t in sorted(set(tokens))]
+            cached = ["bias", *(f"w={t}" for t in sorted(set(tokens)))]
+            grid = text_grid(observation)
+            if grid:
+                cached += grid_features(grid, self.radius)
+            else:
+                cached += [f"p{i}={t}" for i, t in enumerate(tokens[: self.max_positions])]
             if len(self._features) < 200_000:  # a cache, not a leak: observations repeat
                 self._features[observation] = cached
         return cached
 
+    def index_matrix(self, observation: str, actions: Sequence[str]) -> np.ndarray:
+        """(A, F) the buckets of the F features of ``observation`` crossed with each action."""
+        key = (observation, tuple(actions))
+        cached = self._indices.get(key)
+        if cached is None:
+            feats = self.features(observation)
+            cached = np.array(
+                [[_bucket(f"{f}|{a}", self.buckets) for f in feats] for a in actions],
+                dtype=np.int64,
+            ).reshape(len(actions), len(feats))
+            if len(self._indices) < 200_000:  # hashing is most of a step's cost otherwise
+                self._indices[key] = cached
+        return cached
+
     def indices(self, observation: str, actions: Sequence[str]) -> list[np.ndarray]:
-        feats = self.features(observation)
-        return [
-            np.fromiter((_bucket(f"{f}|{a}", self.buckets) for f in feats), dtype=np.int64)
-            for a in actions
-        ]
+        return list(self.index_matrix(observation, actions))
 
     def logits(
         self,
@@ -156,7 +238,7 @@ class LinearPolicy:
     ) -> np.ndarray:
         """Logits of ``actions`` in ``observation`` (``key`` and ``prior`` are not used: a
         linear policy starts uniform everywhere)."""
-        return np.array([self.weights[i].sum() for i in self.indices(observation, actions)])
+        return self.weights[self.index_matrix(observation, actions)].sum(axis=1)
 
     def batch_logits(self, choices: Sequence[Choice]) -> tuple[torch.Tensor, Callable[[], None]]:
         width = max(len(c.actions) for c in choices)
@@ -164,10 +246,10 @@ class LinearPolicy:
         out = torch.full((len(choices), width), -torch.inf, dtype=torch.float64)
         flat, rows, cols = [], [], []
         for r, c in enumerate(choices):
-            for j, idx in enumerate(self.indices(c.observation, c.actions)):
-                flat.append(idx)
-                rows.append(np.full(len(idx), r))
-                cols.append(np.full(len(idx), j))
+            idx = self.index_matrix(c.observation, c.actions)
+            flat.append(idx.ravel())
+            rows.append(np.full(idx.size, r))
+            cols.append(np.repeat(np.arange(idx.shape[0]), idx.shape[1]))
         flat_t = torch.from_numpy(np.concatenate(flat))
         cells = torch.from_numpy(np.concatenate(rows) * width + np.concatenate(cols))
         sums = torch.zeros(len(choices) * width, dtype=torch.float64).index_add(

@@ -17,6 +17,7 @@ from helpers import ENV_TEST_KWARGS, ScriptedBackend, alfworld_games
 import agentrl
 from agentrl.bench import credit_learning as cl
 from agentrl.bench.cheap_policy import Choice, LinearPolicy, TabularPolicy, policy_gradient_step
+from agentrl.bench.cheap_policy import text_grid as cl_text_grid
 from agentrl.bench.credit_levels import (
     MemoLevel,
     SyntheticEnv,
@@ -88,6 +89,7 @@ def test_exact_policy_gradient_raises_the_success_probability_every_step():
 
 
 def test_linear_policy_generalises_to_an_unseen_observation():
+    # Text without a grid: tokens by position and the bag of words.
     policy = LinearPolicy(buckets=1 << 12)
     seen, unseen = "# _ P X O", "# _ P X O _"  # the same cells, one more at the end
     choice = Choice(None, seen, ("up", "down"), 0, math.log(0.5))
@@ -95,6 +97,71 @@ def test_linear_policy_generalises_to_an_unseen_observation():
     for obs in (seen, unseen):
         logits = policy.logits(None, obs, ("up", "down"))
         assert logits[0] > logits[1]
+
+
+LEGEND = "Legend: # wall, _ floor, O target, X box, P you"
+ROOM_A = "# # # # #\n# _ O _ #\n# _ X _ #\n# _ P _ #\n# # # # #\n" + LEGEND
+ROOM_B = "# # # # # #\n# _ O _ _ #\n# _ X _ X #\n# _ P _ O #\n# # # # # #\n" + LEGEND
+
+
+def test_text_grid_finds_the_room_and_not_the_legend():
+    grid = cl_text_grid(ROOM_A)
+    assert len(grid) == 5 and grid[3] == ["#", "_", "P", "_", "#"]
+    assert cl_text_grid("search[red shoes]\nclick[x]") == []
+    assert cl_text_grid("a b c\nd e f") == []  # two rows are not a grid
+
+
+def test_grid_features_are_relative_to_the_one_of_a_kind_symbol():
+    from agentrl.bench.cheap_policy import grid_features
+
+    feats = grid_features(cl_text_grid(ROOM_A), radius=1)
+    # P at (3, 2): its 8 neighbours, what a move meets in each direction, and the direction to
+    # the nearest floor, target and box (walls, 16 of the 25 cells, fill more than a quarter
+    # of the room; of the two nearest floor cells the first in reading order).
+    assert [f for f in feats if f.startswith("P")] == [
+        "P(-1,-1)=_", "P(-1,0)=X", "P(-1,1)=_",
+        "P(0,-1)=_", "P(0,1)=_",
+        "P(1,-1)=#", "P(1,0)=#", "P(1,1)=#",
+        "P>n=XO", "P>s=#|", "P>w=_#", "P>e=_#",
+        "P~_=(0,-1)", "P~O=(-1,0)", "P~X=(-1,0)",
+    ]  # fmt: skip
+    # O and X are one of a kind in this room too; # and _ are not.
+    assert {f[0] for f in feats} == {"P", "O", "X"}
+    assert "O>s=XP" in feats and "X~P=(1,0)" in feats and "O(-1,0)=#" in feats
+
+
+def test_linear_policy_carries_a_neighbourhood_over_to_a_room_it_never_saw():
+    # Room B is larger, has a second box and target: the player's neighbourhood and the
+    # directions to the nearest box and target are room A's.
+    actions = ("up", "down", "left", "right")
+    policy = LinearPolicy(buckets=1 << 14)
+    before = policy.logits(None, ROOM_B, actions)
+    choice = Choice(None, ROOM_A, actions, 0, math.log(0.25))
+    policy_gradient_step(policy, [choice], np.array([1.0]), lr=1.0)
+    after = policy.logits(None, ROOM_B, actions)
+    assert np.all(before == 0) and int(np.argmax(after)) == 0
+    # More than the bias and the bag of words carried over: the grid features did.
+    shared = set(policy.features(ROOM_A)) & set(policy.features(ROOM_B))
+    assert len(shared) > 20
+
+
+def test_linear_setting_trains_on_its_levels_and_evaluates_on_held_out_ones():
+    setting = replace(
+        cl.SETTINGS["sokoban-7x7-linear"],
+        iterations=2,
+        eval_every=1,
+        levels=4,
+        tasks=2,
+        group=3,
+        eval_levels=4,
+    )
+    world = cl.World(setting, seed=0)
+    train = {lv.reset().obs for lv in world.train}
+    held = {lv.reset().obs for lv in world.eval}
+    assert len(held) == 4 and not train & held
+    runs = [cl.train_run(world, m, "rms", setting.lr) for m in ("grpo", "crbc")]
+    assert runs[0].initial == runs[1].initial and runs[0].tasks == runs[1].tasks
+    assert all(len(r.curve.greedy) == 3 for r in runs)
 
 
 def test_actions_of_turns_the_open_search_box_into_two_queries():
