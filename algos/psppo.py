@@ -107,17 +107,24 @@ def psppo_advantages(
     out = np.zeros(r.shape[0])
     if not valid.any():
         return out
-    rv, av = r[valid], a[valid]
-    n = np.bincount(av)[av].astype(np.float64)  # (V,) valid rows sharing each row's anchor
-    others = np.maximum(n - 1.0, 1.0)
+    rv, av = (r, a) if valid.all() else (r[valid], a[valid])
+    n_anchors = int(av.max()) + 1
     if mode == "mean":
+        # Per-anchor quantities stay per anchor (K,) and are gathered once each: a batch has
+        # about ten rows per anchor, so this halves the (V,) temporaries.
+        count = np.bincount(av, minlength=n_anchors)  # (K,) valid rows of each anchor
         # Centre on one member of each anchor first, so equal rewards give exact zeros.
-        first = np.full(int(av.max()) + 1, np.nan)
+        first = np.empty(n_anchors)
         first[av[::-1]] = rv[::-1]  # the first valid row's reward of each anchor
         x = rv - first[av]
-        total = np.bincount(av, weights=x)[av]
-        adv = np.where(n > 1, x - (total - x) / others, rv)
+        total = np.bincount(av, weights=x, minlength=n_anchors)  # (K,)
+        others = np.maximum(count - 1.0, 1.0)  # (K,)
+        adv = x - (total[av] - x) / others[av]
+        alone = count[av] == 1  # no valid other: baseline 0
+        adv[alone] = rv[alone]
     else:
+        n = np.bincount(av)[av].astype(np.float64)  # (V,) valid rows sharing each row's anchor
+        others = np.maximum(n - 1.0, 1.0)
         rank = np.unique(rv, return_inverse=True)[1].reshape(-1)  # dense reward ranks
         key = av * (int(rank.max()) + 1) + rank  # sorts by anchor, then reward
         keys = np.sort(key)

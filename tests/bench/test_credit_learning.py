@@ -99,6 +99,19 @@ def test_linear_policy_generalises_to_an_unseen_observation():
         assert logits[0] > logits[1]
 
 
+def small(name: str, levels: int, tasks: int, group: int) -> cl.Setting:
+    """Setting ``name`` cut down to 2 iterations, evaluated after each, on ``levels`` levels."""
+    return replace(
+        cl.SETTINGS[name],
+        iterations=2,
+        eval_every=1,
+        levels=levels,
+        tasks=tasks,
+        group=group,
+        eval_levels=levels,
+    )
+
+
 LEGEND = "Legend: # wall, _ floor, O target, X box, P you"
 ROOM_A = "# # # # #\n# _ O _ #\n# _ X _ #\n# _ P _ #\n# # # # #\n" + LEGEND
 ROOM_B = "# # # # # #\n# _ O _ _ #\n# _ X _ X #\n# _ P _ O #\n# # # # # #\n" + LEGEND
@@ -146,15 +159,7 @@ def test_linear_policy_carries_a_neighbourhood_over_to_a_room_it_never_saw():
 
 
 def test_linear_setting_trains_on_its_levels_and_evaluates_on_held_out_ones():
-    setting = replace(
-        cl.SETTINGS["sokoban-7x7-linear"],
-        iterations=2,
-        eval_every=1,
-        levels=4,
-        tasks=2,
-        group=3,
-        eval_levels=4,
-    )
+    setting = small("sokoban-7x7-linear", levels=4, tasks=2, group=3)
     world = cl.World(setting, seed=0)
     train = {lv.reset().obs for lv in world.train}
     held = {lv.reset().obs for lv in world.eval}
@@ -339,15 +344,7 @@ def test_the_benchmarks_batches_are_the_trainers():
 
 
 def test_every_method_of_a_seed_sees_the_same_tasks_and_starting_policy():
-    setting = replace(
-        cl.SETTINGS["sokoban-7x7"],
-        iterations=2,
-        eval_every=1,
-        levels=6,
-        tasks=3,
-        group=4,
-        eval_levels=6,
-    )
+    setting = small("sokoban-7x7", levels=6, tasks=3, group=4)
     world = cl.World(setting, seed=1)
     runs = [cl.train_run(world, m, "rms", setting.lr) for m in ("grpo", "crbc")]
     assert runs[0].tasks == runs[1].tasks == cl.task_draws(setting, 1)
