@@ -81,3 +81,17 @@ def test_a_driver_estimator_without_a_synthetic_batch_is_an_error(monkeypatch):
     views = credit.driver_batches(["ac2"], batch)
     with pytest.raises(ValueError, match="ac2 rolls out with its own driver"):
         credit._run_one("ac2", batch, None, None, views)
+
+
+def test_a_timing_is_the_fastest_of_its_calls_in_a_row(monkeypatch):
+    from agentrl.bench import credit
+
+    ticks = iter([0.0, 5.0, 5.0, 7.0, 7.0, 10.0])  # calls of 5, 2 and 3 s
+    monkeypatch.setattr(credit, "CLOCK", lambda: next(ticks))
+    monkeypatch.setattr(credit, "CALLS", 3)
+    calls = []
+    assert credit._fastest(lambda: calls.append(1)) == 2.0 and len(calls) == 3
+    # A call slower than SLOW_S is not repeated.
+    ticks = iter([0.0, credit.SLOW_S + 1.0])
+    calls.clear()
+    assert credit._fastest(lambda: calls.append(1)) == credit.SLOW_S + 1.0 and len(calls) == 1

@@ -426,8 +426,11 @@ def test_report_has_every_section_and_the_runs_round_trip(tiny_runs, tmp_path):
     results, times = tiny_runs
     assert {r.protocol for r in results} == {"rms", "pilot", "best-lr"}
     assert {r.method for r in results if r.setting == "synthetic"} == {"grpo", "crbc", "relace"}
-    path = cl.write_report(tmp_path, results, TINY, times, 1, quick=True)
+    path = cl.write_report(tmp_path, results, TINY, times, 1, quick=True, total=123.0)
     text = path.read_text()
+    # The header's wall time is the whole command's when it was timed, not the phases' sum.
+    assert "Wall time: 2.0 min for" in text
+    assert "| the whole command, start to report | 2.0 min |" in text
     for heading in (
         "## sokoban-7x7",
         "## synthetic",
