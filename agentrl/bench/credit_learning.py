@@ -1141,15 +1141,19 @@ def write_report(
 
 
 def plot(path: Path, results, plan: Plan) -> None:
+    """One panel per setting (sanity rows left out): each method's mean primary success over
+    environment steps. A method has one colour and marker in every panel, and the legend lists
+    every method of the figure."""
     from agentrl.bench._report import figure, styles
 
     names = [n for n, _, _ in plan.settings if not setting_of(plan, n).sanity]
+    panels = {name: runs_of(results, name, "rms") for name in names}
+    style = styles(sorted({m for by_method in panels.values() for m in by_method}))
     with figure(path, panels=len(names), size=(5.0, 4.0)) as axes:
         for ax, name in zip(axes, names):
             s = setting_of(plan, name)
             kind = primary(s)
-            by_method = runs_of(results, name, "rms")
-            style = styles(list(by_method))
+            by_method = panels[name]
             for m, rs in by_method.items():
                 n = min(len(r.curve.steps) for r in rs)
                 x = np.mean([r.curve.steps[:n] for r in rs], axis=0)
@@ -1158,7 +1162,10 @@ def plot(path: Path, results, plan: Plan) -> None:
             ax.set_title(f"{name} ({kind}, {len(next(iter(by_method.values()), []))} seeds)")
             ax.set_xlabel("environment steps")
             ax.set_ylabel("success")
-        axes[-1].legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
+        from matplotlib.lines import Line2D
+
+        handles = [Line2D([], [], label=m, **kw) for m, kw in style.items()]
+        axes[-1].legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
 
 
 def save_runs(path: Path, results: Sequence[RunResult]) -> None:

@@ -487,3 +487,33 @@ def test_accuracy_reads_the_credit_reports_pearson_table():
     assert cl.accuracy(text) == {"crbc": 0.68, "grpo": 0.22}
     rho, _ = cl.rank_correlation([0.68, 0.22, 0.3], [0.5, 0.1, 0.2])
     assert rho == pytest.approx(1.0)
+
+
+def test_figure_gives_a_method_one_style_in_every_panel_and_a_full_legend(
+    tiny_runs, tmp_path, monkeypatch
+):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.axes import Axes
+
+    results, _ = tiny_runs  # relace runs on the synthetic MDPs only
+    drawn, legends = [], []
+    plot, legend = Axes.plot, Axes.legend
+
+    def record_plot(self, *args, **kwargs):
+        drawn.append((self.get_title(), kwargs["label"], kwargs["color"], kwargs["marker"]))
+        return plot(self, *args, **kwargs)
+
+    def record_legend(self, *args, **kwargs):
+        legends.append([h.get_label() for h in kwargs["handles"]])
+        return legend(self, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, "plot", record_plot)
+    monkeypatch.setattr(Axes, "legend", record_legend)
+    cl.plot(tmp_path / "f.png", results, TINY)
+    assert {label for _, label, _, _ in drawn} == {"grpo", "crbc", "relace"}
+    looks = {label: {(c, m) for _, lab, c, m in drawn if lab == label} for _, label, _, _ in drawn}
+    assert all(len(v) == 1 for v in looks.values()), looks
+    assert len({next(iter(v)) for v in looks.values()}) == 3  # and told apart
+    assert legends == [["crbc", "grpo", "relace"]]
