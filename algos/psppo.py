@@ -108,8 +108,8 @@ def psppo_advantages(
     if not valid.any():
         return out
     rv, av = (r, a) if valid.all() else (r[valid], a[valid])
-    n_anchors = int(av.max()) + 1
     if mode == "mean":
+        n_anchors = int(av.max()) + 1
         # Per-anchor quantities stay per anchor (K,) and are gathered once each: a batch has
         # about ten rows per anchor, so this halves the (V,) temporaries.
         count = np.bincount(av, minlength=n_anchors)  # (K,) valid rows of each anchor

@@ -226,9 +226,6 @@ class LinearPolicy:
                 self._indices[key] = cached
         return cached
 
-    def indices(self, observation: str, actions: Sequence[str]) -> list[np.ndarray]:
-        return list(self.index_matrix(observation, actions))
-
     def logits(
         self,
         key: Hashable,

@@ -1144,6 +1144,8 @@ def plot(path: Path, results, plan: Plan) -> None:
     """One panel per setting (sanity rows left out): each method's mean primary success over
     environment steps. A method has one colour and marker in every panel, and the legend lists
     every method of the figure."""
+    from matplotlib.lines import Line2D
+
     from agentrl.bench._report import figure, styles
 
     names = [n for n, _, _ in plan.settings if not setting_of(plan, n).sanity]
@@ -1162,8 +1164,6 @@ def plot(path: Path, results, plan: Plan) -> None:
             ax.set_title(f"{name} ({kind}, {len(next(iter(by_method.values()), []))} seeds)")
             ax.set_xlabel("environment steps")
             ax.set_ylabel("success")
-        from matplotlib.lines import Line2D
-
         handles = [Line2D([], [], label=m, **kw) for m, kw in style.items()]
         axes[-1].legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
 
